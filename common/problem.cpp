@@ -1,0 +1,72 @@
+#include "common/problem.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ladder {
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::Attention: return "attention";
+    case Kind::Matmul: return "matmul";
+    case Kind::Reduction: return "reduction";
+  }
+  return "?";
+}
+
+float AttentionShape::softmax_scale() const { return 1.0f / std::sqrt(float(head_dim)); }
+
+std::string AttentionShape::to_string() const {
+  return fmt::format("B={} H={} N={} D={} {}", batch, heads, seqlen, head_dim,
+                     causal ? "causal" : "non-causal");
+}
+std::string MatmulShape::to_string() const { return fmt::format("M={} N={} K={}", m, n, k); }
+std::string ReductionShape::to_string() const { return fmt::format("n={}", count); }
+
+namespace {
+constexpr std::int64_t kMaxElements = std::int64_t(1) << 40;  // keeps every index in 64 bits
+}
+
+std::optional<std::string> validate(const AttentionShape& s) {
+  if (s.batch <= 0 || s.heads <= 0 || s.seqlen <= 0 || s.head_dim <= 0)
+    return fmt::format("attention sizes must be positive (got {})", s.to_string());
+  if (s.head_dim % 8 != 0)
+    return fmt::format("head dimension D={} must be a multiple of 8 (16-byte rows)", s.head_dim);
+  // Kernels index a [B, H, N, D] tensor with 32-bit (b·H + h) and 64-bit element offsets; keep the
+  // product of B and H in int range and the whole tensor well inside 64 bits.
+  if (std::int64_t(s.batch) * s.heads > std::numeric_limits<int>::max() / 2)
+    return fmt::format("B·H = {} is too large", std::int64_t(s.batch) * s.heads);
+  if (s.elements() > kMaxElements) return "attention tensors larger than 2^40 elements";
+  return std::nullopt;
+}
+
+std::optional<std::string> validate(const MatmulShape& s) {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0)
+    return fmt::format("matrix sizes must be positive (got {})", s.to_string());
+  return std::nullopt;
+}
+
+std::optional<std::string> validate(const ReductionShape& s) {
+  if (s.count <= 0) return fmt::format("the element count must be positive (got {})", s.count);
+  if (s.count > (std::int64_t(1) << 34)) return "reductions over more than 2^34 elements";
+  return std::nullopt;
+}
+
+double flops(const AttentionShape& s) {
+  double full = 4.0 * s.batch * s.heads * double(s.seqlen) * s.seqlen * s.head_dim;
+  return s.causal ? full / 2.0 : full;
+}
+double flops(const MatmulShape& s) { return 2.0 * s.m * double(s.n) * s.k; }
+double flops(const ReductionShape& s) { return double(s.count - 1); }
+
+double min_bytes(const AttentionShape& s) {
+  return 4.0 * double(s.elements()) * 2.0;  // read Q, K, V and write O, 2 bytes each
+}
+double min_bytes(const MatmulShape& s) {
+  return 4.0 * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);
+}
+double min_bytes(const ReductionShape& s) { return 4.0 * double(s.count) + 4.0; }
+
+}  // namespace ladder

@@ -1,0 +1,68 @@
+// The three problems the ladder solves, their validation, and their operation and byte counts.
+//
+// This header has no CUDA in it: the CPU tests and `ladder --list` use it without a GPU.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ladder {
+
+enum class Kind { Attention, Matmul, Reduction };
+const char* kind_name(Kind kind);
+
+// O = softmax(Q Kᵀ · scale [+ causal mask]) V for every (batch, head).
+// Q, K, V and O are fp16, laid out [B, H, N, D] contiguous (PyTorch's SDPA layout);
+// accumulation is fp32. The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
+// fp32 and is written only by the variants that say so.
+struct AttentionShape {
+  int batch = 4;
+  int heads = 8;
+  int seqlen = 4096;
+  int head_dim = 64;
+  bool causal = false;
+
+  std::int64_t rows() const { return std::int64_t(batch) * heads * seqlen; }
+  std::int64_t elements() const { return rows() * head_dim; }  // of one of Q, K, V, O
+  float softmax_scale() const;                                  // 1 / sqrt(D)
+  std::string to_string() const;
+};
+
+// C = A B with A [M, K], B [K, N], C [M, N], fp32, row-major.
+struct MatmulShape {
+  int m = 4096;
+  int n = 4096;
+  int k = 4096;
+  std::string to_string() const;
+};
+
+// out = sum of n fp32 values.
+struct ReductionShape {
+  std::int64_t count = std::int64_t(1) << 26;
+  std::string to_string() const;
+};
+
+// Returns an error message for a shape that no step can run, or nothing if the shape is valid.
+std::optional<std::string> validate(const AttentionShape& s);
+std::optional<std::string> validate(const MatmulShape& s);
+std::optional<std::string> validate(const ReductionShape& s);
+
+// Useful floating-point operations. Attention counts the two matrix products, 4·B·H·N²·D; a causal
+// problem counts half of that (the convention of the FlashAttention papers: the exact number of
+// unmasked pairs is N(N+1)/2, a little more than half, and the softmax is not counted).
+double flops(const AttentionShape& s);
+double flops(const MatmulShape& s);   // 2·M·N·K
+double flops(const ReductionShape& s);  // n − 1 additions
+
+// The fewest bytes any implementation must move through device memory: each input read once,
+// each output written once. Naive kernels move more; the ledger of step 00 shows how much more.
+double min_bytes(const AttentionShape& s);
+double min_bytes(const MatmulShape& s);
+double min_bytes(const ReductionShape& s);
+
+// A dimension for ragged tiles: how many blocks of `tile` cover `n`.
+constexpr int ceil_div(int n, int tile) { return (n + tile - 1) / tile; }
+constexpr std::int64_t ceil_div(std::int64_t n, std::int64_t tile) { return (n + tile - 1) / tile; }
+
+}  // namespace ladder

@@ -1,0 +1,101 @@
+#include "common/registry.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ladder {
+
+std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) const {
+  if (sm < min_sm)
+    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
+                       min_sm % 10, sm / 10, sm % 10);
+  if (!head_dims.empty() &&
+      std::find(head_dims.begin(), head_dims.end(), s.head_dim) == head_dims.end())
+    return fmt::format("supports D in {{{}}} only (asked for D={})", fmt::join(head_dims, ", "),
+                       s.head_dim);
+  if (max_seqlen > 0 && s.seqlen > max_seqlen)
+    return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, s.seqlen);
+  return std::nullopt;
+}
+
+std::optional<std::string> Constraints::refuse(const MatmulShape&, int sm) const {
+  if (sm < min_sm)
+    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
+                       min_sm % 10, sm / 10, sm % 10);
+  return std::nullopt;
+}
+
+std::optional<std::string> Constraints::refuse(const ReductionShape&, int sm) const {
+  if (sm < min_sm)
+    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
+                       min_sm % 10, sm / 10, sm % 10);
+  return std::nullopt;
+}
+
+std::string Constraints::describe() const {
+  std::string out = fmt::format("sm_{}+", min_sm);
+  if (!head_dims.empty()) out += fmt::format(", D in {{{}}}", fmt::join(head_dims, ","));
+  if (max_seqlen > 0) out += fmt::format(", N <= {}", max_seqlen);
+  return out;
+}
+
+Registry& Registry::instance() {
+  static Registry registry;  // constructed on first use, so static registrars can call it
+  return registry;
+}
+
+void Registry::add(Step step) {
+  if (find(step.number))
+    throw std::logic_error(fmt::format("two steps registered as number {}", step.number));
+  if (step.variants.empty())
+    throw std::logic_error(fmt::format("step {} registers no variants", step.number));
+  auto pos = std::lower_bound(steps_.begin(), steps_.end(), step.number,
+                              [](const Step& s, int n) { return s.number < n; });
+  steps_.insert(pos, std::move(step));
+}
+
+const Step* Registry::find(int number) const {
+  for (const auto& s : steps_)
+    if (s.number == number) return &s;
+  return nullptr;
+}
+
+std::string variant_id(const Step& step, const Variant& variant) {
+  return fmt::format("{:02}/{}", step.number, variant.name);
+}
+
+std::string baseline_id(const Step& step, std::size_t i) {
+  const Variant& v = step.variants.at(i);
+  if (!v.improves_on.empty()) return v.improves_on;
+  // Peers are compared with the step's main variant; lessons with the one before them.
+  if (v.peer) return variant_id(step, step.variants.at(step.main_variant));
+  for (std::size_t j = i; j-- > 0;)
+    if (!step.variants[j].peer) return variant_id(step, step.variants[j]);
+  return step.improves_on;
+}
+
+Variant attention_variant(std::string name, std::string description, AttentionLaunch launch) {
+  Variant v;
+  v.name = std::move(name);
+  v.description = std::move(description);
+  v.launch = std::move(launch);
+  return v;
+}
+Variant matmul_variant(std::string name, std::string description, MatmulLaunch launch) {
+  Variant v;
+  v.name = std::move(name);
+  v.description = std::move(description);
+  v.launch = std::move(launch);
+  return v;
+}
+Variant reduction_variant(std::string name, std::string description, ReductionLaunch launch) {
+  Variant v;
+  v.name = std::move(name);
+  v.description = std::move(description);
+  v.launch = std::move(launch);
+  return v;
+}
+
+}  // namespace ladder

@@ -1,0 +1,156 @@
+// The step registry: how a step tells the harness what it is and how to launch it.
+//
+// A step file ends with a registration block:
+//
+//   LADDER_REGISTER_STEP(([] {
+//     ladder::Step s;
+//     s.number = 5; s.name = "fa_v2_1"; ...
+//     s.variants.push_back(ladder::attention_variant("bc32", "...", launch_bc32));
+//     return s;
+//   }()));
+//
+// Registration is static (it runs before main) and touches no CUDA, so `ladder --list` works on a
+// machine without a GPU. Steps are compiled as CMake OBJECT libraries, which the linker never
+// drops, so every registration that is linked in runs.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/problem.hpp"
+
+namespace ladder {
+
+// ---- What a variant's launch function receives ------------------------------------------------
+// Everything is already allocated by the harness; a launch function only configures and launches
+// kernels on `stream` (and checks each launch with CUDA_CHECK_LAUNCH).
+
+struct AttentionArgs {
+  AttentionShape shape;
+  float softmax_scale;  // 1 / sqrt(D)
+  const __half* q;      // [B, H, N, D]
+  const __half* k;
+  const __half* v;
+  __half* o;           // [B, H, N, D], poisoned with NaN before the launch
+  float* lse;          // [B, H, N]; written only by variants with writes_lse
+  void* workspace;     // workspace_bytes(shape) bytes, or null
+};
+
+struct MatmulArgs {
+  MatmulShape shape;
+  const float* a;  // [M, K]
+  const float* b;  // [K, N]
+  float* c;        // [M, N]
+  void* workspace;
+};
+
+struct ReductionArgs {
+  ReductionShape shape;
+  const float* x;  // [n]
+  float* out;      // one value
+  void* workspace;
+};
+
+using AttentionLaunch = std::function<void(const AttentionArgs&, cudaStream_t)>;
+using MatmulLaunch = std::function<void(const MatmulArgs&, cudaStream_t)>;
+using ReductionLaunch = std::function<void(const ReductionArgs&, cudaStream_t)>;
+using Launch = std::variant<AttentionLaunch, MatmulLaunch, ReductionLaunch>;
+
+// ---- What a variant can run ---------------------------------------------------------------------
+struct Constraints {
+  int min_sm = 70;                // compute capability ×10 (80 = Ampere, 90 = Hopper)
+  std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
+  std::int64_t max_seqlen = 0;    // attention: 0 = no limit
+
+  // A reason the variant cannot run this problem on a GPU of compute capability `sm`, or nothing.
+  std::optional<std::string> refuse(const AttentionShape& s, int sm) const;
+  std::optional<std::string> refuse(const MatmulShape& s, int sm) const;
+  std::optional<std::string> refuse(const ReductionShape& s, int sm) const;
+  std::string describe() const;
+};
+
+// Bytes of workspace a variant needs for a problem (the naive step's N×N score matrix, FA v1's
+// running statistics). The harness allocates it and counts it before allocating anything.
+using WorkspaceFn = std::function<std::size_t(const AttentionShape*, const MatmulShape*,
+                                              const ReductionShape*)>;
+
+// The kernels a variant launches for a given head dimension (0 outside attention), so the harness
+// can report registers, spills, shared memory and blocks per SM without running anything.
+struct KernelInfo {
+  std::string name;
+  const void* func;        // the __global__ function
+  int threads;             // per block
+  std::size_t dynamic_smem;  // bytes of dynamic shared memory per block
+};
+using KernelsFn = std::function<std::vector<KernelInfo>(int head_dim)>;
+
+struct Variant {
+  std::string name;         // short, unique within the step: "bc32"
+  std::string description;  // one line for --list
+  Launch launch;
+  Constraints constraints;
+  WorkspaceFn workspace;      // may be empty: no workspace
+  KernelsFn kernels;          // may be empty for peers (library code)
+  bool deterministic = true;  // false: reruns may differ in the last bits (float atomics)
+  bool writes_lse = false;    // attention: also writes the log-sum-exp of each row
+  bool peer = false;          // a library the ladder compares against (cuBLAS, CUB), not a lesson
+  std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
+};
+
+struct Step {
+  int number = -1;
+  std::string name;      // directory name without the number: "fa_v2_1"
+  std::string title;     // "FlashAttention v2.1: tensor cores"
+  std::string track;     // "attention", "matmul", "reduction"
+  Kind kind = Kind::Attention;
+  std::string improves_on;  // id of the variant this step improves on: "04/br128"; empty for none
+  std::string chapter;      // docs/NN_name.md
+  std::vector<Variant> variants;
+  int main_variant = 0;  // index of the variant that represents the step (its best)
+  // Extra lines printed under the step's table for a problem (a byte ledger, say); may be empty.
+  std::function<std::vector<std::string>(const AttentionShape*, const MatmulShape*,
+                                         const ReductionShape*)>
+      notes;
+};
+
+// The registry: every step linked into the executable, sorted by number.
+class Registry {
+ public:
+  static Registry& instance();
+  void add(Step step);
+  const std::vector<Step>& steps() const { return steps_; }
+  const Step* find(int number) const;
+
+ private:
+  std::vector<Step> steps_;
+};
+
+// "05/bc32"
+std::string variant_id(const Step& step, const Variant& variant);
+// The id this variant is compared against: its improves_on, else the previous variant in the
+// step, else the step's improves_on. Empty for the first rung of a track.
+std::string baseline_id(const Step& step, std::size_t variant_index);
+
+struct StepRegistrar {
+  explicit StepRegistrar(Step step) { Registry::instance().add(std::move(step)); }
+};
+
+// Helpers so a registration block reads as a table.
+Variant attention_variant(std::string name, std::string description, AttentionLaunch launch);
+Variant matmul_variant(std::string name, std::string description, MatmulLaunch launch);
+Variant reduction_variant(std::string name, std::string description, ReductionLaunch launch);
+
+}  // namespace ladder
+
+#define LADDER_CONCAT_INNER(a, b) a##b
+#define LADDER_CONCAT(a, b) LADDER_CONCAT_INNER(a, b)
+#define LADDER_REGISTER_STEP(step_expr) \
+  static ::ladder::StepRegistrar LADDER_CONCAT(ladder_registrar_, __LINE__){step_expr}
