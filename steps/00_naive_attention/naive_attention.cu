@@ -11,10 +11,10 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <fmt/format.h>
 
 #include "common/check.hpp"
 #include "common/registry.hpp"
+#include "common/strings.hpp"
 
 namespace {
 
@@ -132,12 +132,13 @@ std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::M
   const double passes = 1 + 3 + 1 + ceil_div(s->head_dim, kOutCols);
   const double bytes = nn * passes + ladder::min_bytes(*s);
   return {
-      fmt::format("N×N score matrix: {:.1f} MiB per launch, moved {} times", nn / (1 << 20), passes),
-      fmt::format("ledger: {:.2f} GB through global memory vs {:.3f} GB for Q, K, V and O alone",
-                  bytes / 1e9, ladder::min_bytes(*s) / 1e9),
-      fmt::format("arithmetic intensity: {:.1f} FLOP/byte (the H200 needs about 200 to be "
-                  "compute-bound on tensor cores)",
-                  ladder::flops(*s) / bytes),
+      ladder::strprintf("N×N score matrix: %.1f MiB per launch, moved %.0f times",
+                        nn / (1 << 20), passes),
+      ladder::strprintf("ledger: %.2f GB through global memory vs %.3f GB for Q, K, V and O alone",
+                        bytes / 1e9, ladder::min_bytes(*s) / 1e9),
+      ladder::strprintf("arithmetic intensity: %.1f FLOP/byte (the H200 needs about 200 to be "
+                        "compute-bound on its tensor cores)",
+                        ladder::flops(*s) / bytes),
   };
 }
 
