@@ -1,0 +1,123 @@
+// main() of every step executable (built with LADDER_ONLY_STEP=N) and of `ladder` (all steps).
+// The steps register themselves; this file only parses the command line and runs the harness.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "common/cli.hpp"
+#include "common/gpu_info.hpp"
+#include "common/report.hpp"
+#include "common/runner.hpp"
+
+#ifndef LADDER_ONLY_STEP
+#define LADDER_ONLY_STEP -1
+#endif
+
+namespace {
+
+constexpr int kExitChecksFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitNoGpu = 3;
+
+std::string join_args(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+void print_gpu(const ladder::GpuInfo& g) {
+  fmt::print("GPU: {} (sm_{}, {} SMs, {:.0f} GiB, L2 {} MiB), driver {}, CUDA runtime {}.{}\n",
+             g.name, g.sm, g.sm_count, double(g.memory_bytes) / (1ull << 30), g.l2_bytes >> 20,
+             g.driver_version.empty() ? "?" : g.driver_version, g.cuda_runtime / 1000,
+             (g.cuda_runtime % 1000) / 10);
+  if (g.sm_clock_mhz)
+    fmt::print("clocks now: SM {} MHz (max {}), memory {} MHz; commit {}\n", *g.sm_clock_mhz,
+               g.max_sm_clock_mhz.value_or(0), g.mem_clock_mhz.value_or(0), ladder::git_commit());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ladder;
+  const int only_step = LADDER_ONLY_STEP;
+  const ParseOutcome parsed = parse_cli(argc, argv, only_step);
+  if (!parsed.options) {
+    std::fputs(parsed.message.c_str(), parsed.exit_code ? stderr : stdout);
+    std::fputs("\n", parsed.exit_code ? stderr : stdout);
+    return parsed.exit_code;
+  }
+  const CliOptions& options = *parsed.options;
+  if (options.list) {  // no CUDA call before this point or in it
+    fmt::print("{}", list_steps(Registry::instance(), only_step));
+    return 0;
+  }
+
+  try {
+    const auto selected = select_variants(Registry::instance(), options, only_step);
+    const DeviceCount devices = cuda_device_count();
+    if (devices.count == 0) {
+      fmt::print(stderr,
+                 "error: no CUDA GPU is available{}.\n"
+                 "The ladder runs kernels and needs an NVIDIA GPU with a working driver.\n"
+                 "On a machine without one you can still build everything and run the CPU tests "
+                 "(see README.md), or list the steps with --list.\n",
+                 devices.error.empty() ? "" : " (" + devices.error + ")");
+      return kExitNoGpu;
+    }
+
+    Report report;
+    report.command_line = join_args(argc, argv);
+    report.started_at = utc_now();
+    Session session(query_gpu());
+    report.gpu = session.gpu;
+    print_gpu(session.gpu);
+
+    std::vector<VariantRef> attention, matmul, reduction;
+    for (const auto& ref : selected) {
+      switch (ref.step->kind) {
+        case Kind::Attention: attention.push_back(ref); break;
+        case Kind::Matmul: matmul.push_back(ref); break;
+        case Kind::Reduction: reduction.push_back(ref); break;
+      }
+    }
+    auto show = [&](ProblemRun run) {
+      print_table(run, options.resources);
+      std::fflush(stdout);
+      report.runs.push_back(std::move(run));
+    };
+    if (!attention.empty())
+      for (const auto& shape : attention_shapes(options)) {
+        if (session.context_lost) break;
+        show(run_attention(session, shape, attention, options.run));
+      }
+    if (!matmul.empty() && !session.context_lost) {
+      const MatmulShape shape{options.gemm[0], options.gemm[1], options.gemm[2]};
+      show(run_matmul(session, shape, matmul, options.run));
+    }
+    if (!reduction.empty() && !session.context_lost)
+      show(run_reduction(session, ReductionShape{options.count}, reduction, options.run));
+
+    report.gpu_after = session.gpu;
+    refresh_clocks(report.gpu_after);
+    if (!options.json_path.empty()) {
+      write_json(report, options.json_path);
+      fmt::print("\nresults written to {}\n", options.json_path);
+    }
+    if (session.context_lost) {
+      fmt::print(stderr, "error: a kernel fault made the GPU unusable; later variants did not run\n");
+      return kExitChecksFailed;
+    }
+    if (!all_passed(report)) {
+      fmt::print(stderr, "error: at least one variant failed its checks (see the table)\n");
+      return kExitChecksFailed;
+    }
+    return 0;
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitChecksFailed;
+  }
+}

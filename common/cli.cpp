@@ -1,0 +1,212 @@
+#include "common/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace ladder {
+namespace {
+
+std::set<int> parse_step_list(const std::string& text) {
+  std::set<int> steps;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    try {
+      const auto dash = part.find('-');
+      if (dash == std::string::npos) {
+        steps.insert(std::stoi(part));
+      } else {
+        const int lo = std::stoi(part.substr(0, dash)), hi = std::stoi(part.substr(dash + 1));
+        if (lo > hi) throw UsageError("");
+        for (int s = lo; s <= hi; ++s) steps.insert(s);
+      }
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("--steps: cannot read '{}' (use e.g. 3-6 or 0,3,5)", part));
+    }
+  }
+  return steps;
+}
+
+// Sizes must be positive whole numbers; say so plainly (CLI11's own range message is unreadable).
+const CLI::Validator kPositive(
+    [](std::string& text) -> std::string {
+      try {
+        std::size_t used = 0;
+        if (std::stoll(text, &used) > 0 && used == text.size()) return "";
+      } catch (const std::exception&) {
+      }
+      return "must be a positive whole number (got '" + text + "')";
+    },
+    "POSITIVE");
+
+}  // namespace
+
+ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
+  CliOptions o;
+  const Step* step = only_step >= 0 ? Registry::instance().find(only_step) : nullptr;
+  CLI::App app(step ? fmt::format("Step {:02}: {}", step->number, step->title)
+                    : "The attention optimization ladder: runs the steps in order on one problem");
+  app.add_flag("--list", o.list, "List the steps and their variants, then exit (needs no GPU)");
+  if (only_step < 0) {
+    app.add_option("--steps", o.steps, "Steps to run: 3-6, or 0,3,5 (default: all)");
+    app.add_option("--track", o.track, "Only one track: attention, matmul or reduction");
+  }
+  app.add_option("--variant", o.variants, "Only these variants (name like bc32, or id like 05/bc32)");
+
+  auto* attention = "Attention problem";
+  app.add_option("-b,--b,--batch", o.batch, "Batch size B")->check(kPositive)->group(attention);
+  app.add_option("--h,--heads", o.heads, "Heads H")->check(kPositive)->group(attention);
+  app.add_option("-n,--n,--seqlen", o.seqlens, "Sequence length(s) N, comma separated")
+      ->delimiter(',')->check(kPositive)->group(attention);
+  app.add_option("-d,--d,--dim", o.head_dims, "Head dimension(s) D, comma separated")
+      ->delimiter(',')->check(kPositive)->group(attention);
+  bool causal = false;
+  app.add_flag("--causal", causal, "Causal mask (same as --mask causal)")->group(attention);
+  app.add_option("--mask", o.mask, "none, causal or both")
+      ->check(CLI::IsMember({"none", "causal", "both"}))->group(attention);
+  app.add_option("--tokens", o.tokens, "Fix B·N: batch = tokens / N for each N (e.g. 16384)")
+      ->check(kPositive)->group(attention);
+  app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
+      ->group(attention);
+
+  auto* other = "Matrix product and reduction problems";
+  app.add_option("--gemm", o.gemm, "M,N,K of the fp32 matrix product")
+      ->delimiter(',')->expected(3)->check(kPositive)->group(other);
+  app.add_option("--count", o.count, "Number of fp32 values to sum")
+      ->check(kPositive)->group(other);
+
+  auto* run = "Measurement";
+  app.add_option("--seed", o.run.seed, "Seed of the random inputs")->group(run);
+  app.add_option("--warmup-ms", o.run.timing.warmup_ms, "Warm-up time per variant")->group(run);
+  app.add_option("--min-reps", o.run.timing.min_reps, "Fewest timed repetitions")
+      ->check(kPositive)->group(run);
+  app.add_option("--max-reps", o.run.timing.max_reps, "Most timed repetitions")
+      ->check(kPositive)->group(run);
+  app.add_option("--target-ms", o.run.timing.target_ms, "Stop timing after this much kernel time")
+      ->group(run);
+  bool no_flush = false, no_time = false, no_check = false, no_resources = false;
+  app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions")->group(run);
+  app.add_flag("--no-time", no_time, "Check only; do not time")->group(run);
+  app.add_flag("--no-check", no_check, "Time only; skip the CPU reference")->group(run);
+  app.add_option("--ref-rows", o.run.max_reference_rows, "Most rows checked against the fp64 reference")
+      ->check(kPositive)->group(run);
+  app.add_flag("--no-resources", no_resources, "Do not print the kernels' resource table")->group(run);
+  app.add_option("--json", o.json_path, "Write every result, with provenance, to this JSON file")->group(run);
+  app.add_option("--save", o.run.save_dir, "Write inputs and outputs as .npy files under this folder")
+      ->group(run);
+
+  ParseOutcome outcome;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    outcome.message = app.help();
+    return outcome;
+  } catch (const CLI::ParseError& e) {
+    outcome.exit_code = 2;
+    outcome.message = fmt::format("error: {}\nRun with --help for the options.", e.what());
+    return outcome;
+  }
+  if (causal) o.mask = "causal";
+  o.run.timing.flush_l2 = !no_flush;
+  o.run.time = !no_time;
+  o.run.check = !no_check;
+  o.resources = !no_resources;
+  if (o.large_logits) {
+    o.run.q_scale = 5.0f;
+    o.run.k_scale = 3.0f;
+  }
+  if (o.run.timing.min_reps > o.run.timing.max_reps) {
+    outcome.exit_code = 2;
+    outcome.message = "error: --min-reps must not exceed --max-reps";
+    return outcome;
+  }
+  for (int n : o.seqlens)
+    if (o.tokens > 0 && o.tokens % n != 0) {
+      outcome.exit_code = 2;
+      outcome.message = fmt::format("error: --tokens {} is not a multiple of N={}", o.tokens, n);
+      return outcome;
+    }
+  outcome.options = o;
+  return outcome;
+}
+
+std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
+  std::vector<AttentionShape> shapes;
+  std::vector<bool> masks;
+  if (o.mask == "none" || o.mask == "both") masks.push_back(false);
+  if (o.mask == "causal" || o.mask == "both") masks.push_back(true);
+  for (int d : o.head_dims)
+    for (bool causal : masks)
+      for (int n : o.seqlens) {
+        AttentionShape s;
+        s.batch = o.tokens > 0 ? o.tokens / n : o.batch;
+        s.heads = o.heads;
+        s.seqlen = n;
+        s.head_dim = d;
+        s.causal = causal;
+        shapes.push_back(s);
+      }
+  return shapes;
+}
+
+std::vector<VariantRef> select_variants(const Registry& registry, const CliOptions& o,
+                                        int only_step) {
+  std::set<int> wanted;
+  if (only_step >= 0) {
+    if (!registry.find(only_step))
+      throw UsageError(fmt::format("step {} is not registered in this executable", only_step));
+    wanted.insert(only_step);
+  } else if (!o.steps.empty()) {
+    wanted = parse_step_list(o.steps);
+    for (int s : wanted)
+      if (!registry.find(s)) throw UsageError(fmt::format("there is no step {} (see --list)", s));
+  }
+  if (!o.track.empty() &&
+      std::none_of(registry.steps().begin(), registry.steps().end(),
+                   [&](const Step& s) { return s.track == o.track; }))
+    throw UsageError(fmt::format("there is no track '{}' (see --list)", o.track));
+
+  std::vector<VariantRef> out;
+  std::set<std::string> matched;
+  for (const Step& step : registry.steps()) {
+    if (!wanted.empty() && !wanted.count(step.number)) continue;
+    if (!o.track.empty() && step.track != o.track) continue;
+    for (std::size_t i = 0; i < step.variants.size(); ++i) {
+      const std::string id = variant_id(step, step.variants[i]);
+      if (!o.variants.empty()) {
+        auto hit = std::find_if(o.variants.begin(), o.variants.end(), [&](const std::string& v) {
+          return v == id || v == step.variants[i].name;
+        });
+        if (hit == o.variants.end()) continue;
+        matched.insert(*hit);
+      }
+      out.push_back({&step, i});
+    }
+  }
+  for (const auto& v : o.variants)
+    if (!matched.count(v)) throw UsageError(fmt::format("no selected step has a variant '{}' (see --list)", v));
+  if (out.empty()) throw UsageError("the selection matches no variant (see --list)");
+  return out;
+}
+
+std::string list_steps(const Registry& registry, int only_step) {
+  std::string out;
+  for (const Step& step : registry.steps()) {
+    if (only_step >= 0 && step.number != only_step) continue;
+    out += fmt::format("{:02} {:<18} [{}] {}{}\n", step.number, step.name, step.track, step.title,
+                       step.improves_on.empty() ? "" : fmt::format(" (improves on {})", step.improves_on));
+    for (std::size_t i = 0; i < step.variants.size(); ++i) {
+      const Variant& v = step.variants[i];
+      out += fmt::format("     {:<22} {}{}{}  [{}]\n", variant_id(step, v), v.description,
+                         v.peer ? " (peer)" : "", int(i) == step.main_variant && step.variants.size() > 1 ? " (main)" : "",
+                         v.constraints.describe());
+    }
+  }
+  return out;
+}
+
+}  // namespace ladder

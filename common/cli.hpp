@@ -1,0 +1,55 @@
+// The command line shared by every step executable and by `ladder`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/registry.hpp"
+#include "common/runner.hpp"
+
+namespace ladder {
+
+struct CliOptions {
+  bool list = false;
+  std::string steps;                  // "3-6", "0,3,5"; empty = all
+  std::string track;                  // "attention", "matmul", "reduction"; empty = all
+  std::vector<std::string> variants;  // variant names or ids; empty = all
+
+  int batch = 4, heads = 8;
+  std::vector<int> seqlens = {4096};
+  std::vector<int> head_dims = {64};
+  std::string mask = "none";  // none | causal | both
+  int tokens = 0;             // > 0: batch = tokens / N for each N (the FlashAttention papers' grid)
+  bool large_logits = false;  // Q×5, K×3
+
+  std::vector<int> gemm = {4096, 4096, 4096};
+  std::int64_t count = std::int64_t(1) << 26;
+
+  RunOptions run;
+  std::string json_path;
+  bool resources = true;
+};
+
+struct ParseOutcome {
+  std::optional<CliOptions> options;  // empty: print `message` and exit with `exit_code`
+  int exit_code = 0;
+  std::string message;
+};
+
+// `only_step` >= 0 for a step's own executable (its steps and track options are fixed).
+ParseOutcome parse_cli(int argc, const char* const* argv, int only_step);
+
+// The attention shapes the options ask for, in run order.
+std::vector<AttentionShape> attention_shapes(const CliOptions& options);
+
+// The registered variants the options select, in ladder order; throws UsageError for an unknown
+// step, track or variant.
+std::vector<VariantRef> select_variants(const Registry& registry, const CliOptions& options,
+                                        int only_step);
+
+// `--list`: steps, variants and constraints. Touches no CUDA.
+std::string list_steps(const Registry& registry, int only_step);
+
+}  // namespace ladder

@@ -1,0 +1,29 @@
+// Seeded random inputs. Element i of a tensor depends only on (seed, stream, i), never on the thread
+// count or the order of generation, so every run, machine and test sees the same inputs.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace ladder {
+
+// N(0,1)·scale for every element, as float.
+std::vector<float> random_normal(std::size_t count, std::uint64_t seed, std::uint64_t stream,
+                                 float scale = 1.0f);
+
+// The same values rounded to fp16, and the fp16 values back as float (what a kernel actually sees,
+// and so what the reference must use).
+struct HalfTensor {
+  std::vector<__half> half;  // uploaded to the device
+  std::vector<float> value;  // exactly the fp16 values, widened
+};
+HalfTensor random_half_tensor(std::size_t count, std::uint64_t seed, std::uint64_t stream,
+                              float scale = 1.0f);
+
+// Integers in [-8, 8] without 0, as float: sums of up to 2^20 of them are exact in fp32, so a
+// reduction that drops or doubles one element is caught exactly.
+std::vector<float> random_small_integers(std::size_t count, std::uint64_t seed);
+
+}  // namespace ladder

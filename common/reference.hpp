@@ -1,0 +1,65 @@
+// CPU references, in fp64 and in "low precision" (what an fp16 kernel with fp32 accumulation is
+// expected to compute). No CUDA: the CPU tests exercise all of it.
+//
+// The pass rule (compare.hpp) is FlashAttention's: a kernel's error against the fp64 reference may
+// be at most twice the error the low-precision reference makes, plus a small absolute term. The
+// low-precision reference therefore sets how much rounding is fair for this problem and these inputs.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/problem.hpp"
+
+namespace ladder {
+
+enum class Precision {
+  Fp64,  // every operation in double
+  Low,   // fp32 scores and sums, P rounded to fp16 before P·V, output rounded to fp16
+};
+
+// Rows of O (and their log-sum-exp) for the selected global rows r = (b·H + h)·N + i.
+// q, k, v hold the fp16 input values widened to float, laid out [B, H, N, D].
+struct AttentionRows {
+  std::vector<std::int64_t> rows;
+  std::vector<double> o;    // rows.size() × D
+  std::vector<double> lse;  // rows.size(): natural log of Σ exp(scaled logits); +inf if none
+};
+AttentionRows attention_reference(const AttentionShape& shape, std::span<const float> q,
+                                  std::span<const float> k, std::span<const float> v,
+                                  std::span<const std::int64_t> rows, Precision precision);
+
+// Rows of C = A·B for the selected row indices (fp64, or fp32 accumulation in k order).
+struct MatmulRows {
+  std::vector<std::int64_t> rows;
+  std::vector<double> c;  // rows.size() × N
+};
+MatmulRows matmul_reference(const MatmulShape& shape, std::span<const float> a,
+                            std::span<const float> b, std::span<const std::int64_t> rows,
+                            Precision precision);
+
+// Σ x: fp64, or one fp32 accumulator in index order (the worst order a correct kernel may use).
+double reduction_reference(std::span<const float> x, Precision precision);
+double sum_of_magnitudes(std::span<const float> x);
+
+// Every row if there are at most `max_rows`; otherwise the first and last row of the first and last
+// (batch, head) plus a seeded sample of the rest, sorted. Large problems are checked on a sample
+// because an fp64 reference of every row would take minutes.
+std::vector<std::int64_t> select_rows(std::int64_t total_rows, std::int64_t rows_per_head,
+                                      std::int64_t max_rows, std::uint64_t seed);
+
+// Online softmax over one row processed in blocks, the algorithm every FlashAttention step
+// implements: returns softmax(x) computed block by block with a running max m and sum l, each
+// earlier partial result rescaled by exp(m_old − m_new). Used by the tests to show it equals the
+// one-shot softmax.
+struct OnlineSoftmaxState {
+  double m = -INFINITY;  // running maximum
+  double l = 0.0;        // running Σ exp(x − m)
+};
+void online_softmax_update(OnlineSoftmaxState& state, std::span<const double> block);
+std::vector<double> online_softmax(std::span<const double> x, std::span<const int> block_sizes);
+std::vector<double> softmax(std::span<const double> x);
+
+}  // namespace ladder

@@ -1,0 +1,80 @@
+// One row per variant run, printed as a table and written as JSON with provenance.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/compare.hpp"
+#include "common/gpu_info.hpp"
+#include "common/problem.hpp"
+#include "common/timing.hpp"
+
+namespace ladder {
+
+// The compiler's and the occupancy calculator's view of one kernel of a variant.
+struct KernelResources {
+  std::string name;
+  int threads = 0;
+  int registers = 0;            // per thread
+  int local_bytes = 0;          // per thread: spills and local arrays (0 is the goal)
+  std::size_t static_smem = 0;  // bytes per block
+  std::size_t dynamic_smem = 0;
+  int blocks_per_sm = 0;        // resident blocks per SM at this configuration
+  double occupancy = 0;         // resident warps / the SM's maximum
+};
+
+struct Row {
+  std::string id;  // "05/bc32"
+  int step = -1;
+  std::string variant, description;
+  bool peer = false;
+  bool ceiling = false;  // a yardstick row (the device-to-device copy), not a solution
+
+  enum class Status { Ok, Failed, Skipped } status = Status::Ok;
+  std::string note;  // why it was skipped or failed
+
+  std::optional<Timing> timing;
+  double flops = 0, bytes = 0;  // per launch, the problem's counts (not the kernel's traffic)
+
+  std::optional<ErrorStats> error;      // against the references
+  std::optional<ErrorStats> lse_error;  // for variants that write the log-sum-exp
+  std::string baseline;                 // id this row is compared with
+  std::optional<double> speedup;        // baseline median / this median
+  bool same_speed = false;              // the difference is inside the spread
+  std::optional<double> diff_vs_baseline;  // max |this output − baseline output|
+  std::optional<bool> rerun_identical;     // the last timed launch's output equals the checked one
+  bool deterministic = true;
+  std::vector<KernelResources> kernels;
+
+  double tflops() const;
+  double gbps() const;
+};
+
+struct ProblemRun {
+  Kind kind = Kind::Attention;
+  std::string shape;     // human readable
+  nlohmann::json shape_json;
+  std::vector<Row> rows;
+  std::vector<std::string> notes;  // steps' ledgers and the like, printed under the table
+};
+
+struct Report {
+  GpuInfo gpu;
+  GpuInfo gpu_after;  // clocks re-read after the last timing
+  std::string command_line;
+  std::string started_at;
+  std::vector<ProblemRun> runs;
+};
+
+void print_table(const ProblemRun& run, bool show_resources);
+nlohmann::json to_json(const Report& report);
+void write_json(const Report& report, const std::string& path);
+nlohmann::json to_json(const GpuInfo& gpu);
+
+// True if every row that ran passed its checks.
+bool all_passed(const Report& report);
+
+}  // namespace ladder

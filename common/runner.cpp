@@ -1,0 +1,489 @@
+#include "common/runner.hpp"
+
+#include <cuda_fp16.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "common/compare.hpp"
+#include "common/device_buffer.hpp"
+#include "common/npy.hpp"
+#include "common/random.hpp"
+#include "common/reference.hpp"
+
+namespace ladder {
+namespace {
+
+constexpr int kPoisonByte = 0xFF;  // every byte 0xFF: NaN in fp16 and in fp32
+
+// Streams of the random generator, one per input tensor, so Q, K and V are independent.
+enum InputStream : std::uint64_t { kStreamQ = 1, kStreamK, kStreamV, kStreamA, kStreamB, kStreamX };
+
+std::size_t free_device_bytes() {
+  std::size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
+// Leave headroom for the CUDA context, cuBLAS workspaces and fragmentation.
+constexpr std::size_t kHeadroomBytes = std::size_t(512) << 20;
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+void ensure_fits(std::size_t bytes, const std::string& what) {
+  const std::size_t free_bytes = free_device_bytes();
+  if (bytes + kHeadroomBytes > free_bytes)
+    throw UsageError(fmt::format(
+        "{} need {:.2f} GiB of device memory but only {:.2f} GiB is free: use a smaller problem",
+        what, gib(double(bytes)), gib(double(free_bytes))));
+}
+
+std::vector<float> widen(const std::vector<__half>& h) {
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = __half2float(h[i]);
+  return f;
+}
+
+std::int64_t count_nonfinite(const std::vector<float>& values) {
+  return std::count_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+Row make_row(const VariantRef& ref) {
+  Row row;
+  row.id = ref.id();
+  row.step = ref.step->number;
+  row.variant = ref.variant().name;
+  row.description = ref.variant().description;
+  row.peer = ref.variant().peer;
+  row.deterministic = ref.variant().deterministic;
+  row.baseline = baseline_id(*ref.step, ref.index);
+  return row;
+}
+
+std::size_t workspace_bytes(const Variant& v, const AttentionShape* a, const MatmulShape* m,
+                            const ReductionShape* r) {
+  return v.workspace ? v.workspace(a, m, r) : 0;
+}
+
+// The shared part of every variant's run. `launch` runs the variant once on `stream`; `download`
+// returns its output (as raw bits for the rerun check and as floats); `check` fills row.error.
+struct Output {
+  std::vector<std::uint16_t> bits16;  // fp16 outputs
+  std::vector<float> values;          // widened (fp32 outputs are copied as they are)
+  std::vector<float> lse;             // attention variants that write it
+};
+
+struct VariantHooks {
+  std::function<void()> poison;
+  std::function<void(cudaStream_t)> launch;
+  std::function<Output()> download;
+  std::function<void(Row&, const Output&)> check;
+  std::function<void(const Output&)> save;
+};
+
+struct Baselines {
+  std::map<std::string, Output> outputs;
+  std::map<std::string, Timing> timings;
+};
+
+void finish_comparisons(Row& row, const Output& out, Baselines& baselines) {
+  if (auto it = baselines.outputs.find(row.baseline); it != baselines.outputs.end())
+    row.diff_vs_baseline = max_abs_difference(out.values, it->second.values);
+  if (row.timing)
+    if (auto it = baselines.timings.find(row.baseline); it != baselines.timings.end()) {
+      row.speedup = it->second.median_ms / row.timing->median_ms;
+      row.same_speed = same_speed(*row.timing, it->second);
+    }
+}
+
+void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks& hooks,
+                 const RunOptions& options, Baselines& baselines, int head_dim) {
+  cudaStream_t stream = session.stream.get();
+  try {
+    hooks.poison();
+    hooks.launch(stream);
+    session.stream.synchronize();
+    Output out = hooks.download();
+    if (options.check) hooks.check(row, out);
+    if (!options.save_dir.empty()) hooks.save(out);
+    row.kernels = kernel_resources(ref.variant(), head_dim, session.gpu);
+
+    if (options.time) {
+      row.timing = time_launch(hooks.launch, stream, options.timing, session.flusher);
+      // The last timed launch overwrote the output: it must equal the checked one bit for bit.
+      const Output again = hooks.download();
+      row.rerun_identical = same_bits(out.bits16, again.bits16) && same_bits(out.values, again.values) &&
+                            same_bits(out.lse, again.lse);
+    } else {
+      hooks.poison();
+      hooks.launch(stream);
+      session.stream.synchronize();
+      const Output again = hooks.download();
+      row.rerun_identical = same_bits(out.bits16, again.bits16) && same_bits(out.values, again.values) &&
+                            same_bits(out.lse, again.lse);
+    }
+    finish_comparisons(row, out, baselines);
+    if (row.timing) baselines.timings[row.id] = *row.timing;
+    baselines.outputs[row.id] = std::move(out);
+  } catch (const CudaError& e) {
+    row.status = Row::Status::Failed;
+    row.note = e.what();
+    // A fault inside a kernel (illegal address, say) is sticky: the context is gone.
+    if (cudaDeviceSynchronize() != cudaSuccess) session.context_lost = true;
+    cudaGetLastError();
+  } catch (const std::exception& e) {
+    row.status = Row::Status::Failed;
+    row.note = e.what();
+  }
+}
+
+// Adds each distinct step's notes once, and runs each variant unless the session is lost.
+template <typename Body>
+void for_each_variant(Session& session, ProblemRun& run, std::span<const VariantRef> variants,
+                      Body body) {
+  for (const auto& ref : variants) {
+    Row row = make_row(ref);
+    if (session.context_lost) {
+      row.status = Row::Status::Skipped;
+      row.note = "not run: an earlier kernel fault left the CUDA context unusable";
+    } else {
+      body(ref, row);
+    }
+    run.rows.push_back(std::move(row));
+  }
+}
+
+template <typename Shape>
+void add_step_notes(ProblemRun& run, std::span<const VariantRef> variants, const Shape* shape) {
+  const Step* last = nullptr;
+  for (const auto& ref : variants) {
+    if (ref.step == last || !ref.step->notes) continue;
+    last = ref.step;
+    std::vector<std::string> lines;
+    if constexpr (std::is_same_v<Shape, AttentionShape>) lines = ref.step->notes(shape, nullptr, nullptr);
+    if constexpr (std::is_same_v<Shape, MatmulShape>) lines = ref.step->notes(nullptr, shape, nullptr);
+    if constexpr (std::is_same_v<Shape, ReductionShape>) lines = ref.step->notes(nullptr, nullptr, shape);
+    for (auto& line : lines) run.notes.push_back(fmt::format("step {:02}: {}", ref.step->number, line));
+  }
+}
+
+std::string file_id(const std::string& id) {
+  std::string s = id;
+  std::replace(s.begin(), s.end(), '/', '_');
+  return s;
+}
+
+std::int64_t reference_rows(const RunOptions& options, double work_per_row) {
+  // Keep the CPU reference to about 2^33 multiply-adds (a few seconds on a few cores).
+  const double budget = 8.6e9;
+  return std::max<std::int64_t>(16, std::min<std::int64_t>(options.max_reference_rows,
+                                                           std::int64_t(budget / work_per_row)));
+}
+
+}  // namespace
+
+std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
+                                              const GpuInfo& gpu) {
+  std::vector<KernelResources> out;
+  if (!variant.kernels) return out;
+  for (const auto& k : variant.kernels(head_dim)) {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, k.func));
+    KernelResources r;
+    r.name = k.name;
+    r.threads = k.threads;
+    r.registers = attr.numRegs;
+    r.local_bytes = int(attr.localSizeBytes);
+    r.static_smem = attr.sharedSizeBytes;
+    r.dynamic_smem = k.dynamic_smem;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.blocks_per_sm, k.func, k.threads,
+                                                             k.dynamic_smem));
+    const int warps_per_block = (k.threads + 31) / 32;
+    r.occupancy = gpu.max_threads_per_sm > 0
+                      ? double(r.blocks_per_sm * warps_per_block) / (gpu.max_threads_per_sm / 32)
+                      : 0;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// ---- attention -----------------------------------------------------------------------------
+ProblemRun run_attention(Session& session, const AttentionShape& shape,
+                         std::span<const VariantRef> variants, const RunOptions& options) {
+  if (auto error = validate(shape)) throw UsageError(*error);
+  ProblemRun run;
+  run.kind = Kind::Attention;
+  run.shape = shape.to_string();
+  run.shape_json = {{"batch", shape.batch}, {"heads", shape.heads},   {"seqlen", shape.seqlen},
+                    {"head_dim", shape.head_dim}, {"causal", shape.causal},
+                    {"q_scale", options.q_scale}, {"k_scale", options.k_scale}};
+  add_step_notes(run, variants, &shape);
+
+  const std::size_t elements = std::size_t(shape.elements());
+  const std::size_t rows = std::size_t(shape.rows());
+  ensure_fits(4 * elements * sizeof(__half) + rows * sizeof(float) + 2 * session.gpu.l2_bytes,
+              "Q, K, V, O and the log-sum-exp");
+
+  const HalfTensor q = random_half_tensor(elements, options.seed, kStreamQ, options.q_scale);
+  const HalfTensor k = random_half_tensor(elements, options.seed, kStreamK, options.k_scale);
+  const HalfTensor v = random_half_tensor(elements, options.seed, kStreamV);
+  DeviceBuffer<__half> dq(elements), dk(elements), dv(elements), dout(elements);
+  DeviceBuffer<float> dlse(rows);
+  dq.upload(q.half);
+  dk.upload(k.half);
+  dv.upload(v.half);
+
+  AttentionRows ref64, reflow;
+  if (options.check) {
+    const double work = double(shape.seqlen) * shape.head_dim * 2;
+    const auto selected = select_rows(shape.rows(), shape.seqlen,
+                                      reference_rows(options, work), options.seed);
+    ref64 = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Fp64);
+    reflow = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Low);
+  }
+
+  std::string dir;
+  if (!options.save_dir.empty()) {
+    dir = fmt::format("{}/attention_B{}_H{}_N{}_D{}_{}", options.save_dir, shape.batch,
+                      shape.heads, shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full");
+    std::filesystem::create_directories(dir);
+    const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
+    write_npy(dir + "/q.npy", "<f2", dims, q.half.data(), elements * 2);
+    write_npy(dir + "/k.npy", "<f2", dims, k.half.data(), elements * 2);
+    write_npy(dir + "/v.npy", "<f2", dims, v.half.data(), elements * 2);
+  }
+
+  Baselines baselines;
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+    const Variant& variant = ref.variant();
+    row.flops = flops(shape);
+    row.bytes = min_bytes(shape);
+    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
+      row.status = Row::Status::Skipped;
+      row.note = *why;
+      return;
+    }
+    const std::size_t ws = workspace_bytes(variant, &shape, nullptr, nullptr);
+    if (ws + kHeadroomBytes > free_device_bytes()) {
+      row.status = Row::Status::Skipped;
+      row.note = fmt::format("needs {:.1f} GiB of workspace, more than the GPU has free", gib(double(ws)));
+      return;
+    }
+    DeviceBuffer<std::uint8_t> workspace(ws);
+    const AttentionArgs args{shape,    shape.softmax_scale(), dq.get(), dk.get(), dv.get(),
+                             dout.get(), dlse.get(),          workspace.get()};
+    const auto& launch = std::get<AttentionLaunch>(variant.launch);
+
+    VariantHooks hooks;
+    hooks.poison = [&] {
+      dout.fill_bytes(kPoisonByte, session.stream.get());
+      dlse.fill_bytes(kPoisonByte, session.stream.get());
+    };
+    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.download = [&] {
+      Output out;
+      const auto h = dout.download();
+      out.bits16.resize(h.size());
+      std::memcpy(out.bits16.data(), h.data(), h.size() * 2);
+      out.values = widen(h);
+      if (variant.writes_lse) out.lse = dlse.download();
+      return out;
+    };
+    hooks.check = [&](Row& r, const Output& out) {
+      const std::size_t d = std::size_t(shape.head_dim);
+      std::vector<double> got(ref64.rows.size() * d);
+      for (std::size_t i = 0; i < ref64.rows.size(); ++i)
+        for (std::size_t t = 0; t < d; ++t)
+          got[i * d + t] = out.values[std::size_t(ref64.rows[i]) * d + t];
+      ErrorStats e = compare_with_reference(got, ref64.o, reflow.o, attention_abs_term());
+      e.total = std::int64_t(out.values.size());
+      e.nonfinite = count_nonfinite(out.values);
+      e.pass = e.pass && e.nonfinite == 0;
+      r.error = e;
+      if (variant.writes_lse) {
+        std::vector<double> lse(ref64.rows.size());
+        for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.rows[i])];
+        ErrorStats le = compare_with_reference(lse, ref64.lse, reflow.lse, lse_abs_term());
+        le.total = std::int64_t(out.lse.size());
+        le.nonfinite = count_nonfinite(out.lse);
+        le.pass = le.pass && le.nonfinite == 0;
+        r.lse_error = le;
+      }
+    };
+    hooks.save = [&](const Output& out) {
+      const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
+      write_npy(dir + "/o_" + file_id(ref.id()) + ".npy", "<f2", dims, out.bits16.data(),
+                out.bits16.size() * 2);
+      if (variant.writes_lse)
+        write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4",
+                  {shape.batch, shape.heads, shape.seqlen}, out.lse.data(), out.lse.size() * 4);
+    };
+    run_variant(session, ref, row, hooks, options, baselines, shape.head_dim);
+  });
+  return run;
+}
+
+// ---- matrix product ------------------------------------------------------------------------
+ProblemRun run_matmul(Session& session, const MatmulShape& shape,
+                      std::span<const VariantRef> variants, const RunOptions& options) {
+  if (auto error = validate(shape)) throw UsageError(*error);
+  ProblemRun run;
+  run.kind = Kind::Matmul;
+  run.shape = shape.to_string();
+  run.shape_json = {{"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
+  add_step_notes(run, variants, &shape);
+
+  const std::size_t a_elems = std::size_t(shape.m) * shape.k, b_elems = std::size_t(shape.k) * shape.n,
+                    c_elems = std::size_t(shape.m) * shape.n;
+  ensure_fits((a_elems + b_elems + c_elems) * sizeof(float) + 2 * session.gpu.l2_bytes, "A, B and C");
+  const auto a = random_normal(a_elems, options.seed, kStreamA);
+  const auto b = random_normal(b_elems, options.seed, kStreamB);
+  DeviceBuffer<float> da(a_elems), db(b_elems), dc(c_elems);
+  da.upload(a);
+  db.upload(b);
+
+  MatmulRows ref64, reflow;
+  if (options.check) {
+    const auto selected = select_rows(shape.m, shape.m, reference_rows(options, double(shape.n) * shape.k),
+                                      options.seed);
+    ref64 = matmul_reference(shape, a, b, selected, Precision::Fp64);
+    reflow = matmul_reference(shape, a, b, selected, Precision::Low);
+  }
+  std::string dir;
+  if (!options.save_dir.empty()) {
+    dir = fmt::format("{}/matmul_M{}_N{}_K{}", options.save_dir, shape.m, shape.n, shape.k);
+    std::filesystem::create_directories(dir);
+    write_npy(dir + "/a.npy", "<f4", {shape.m, shape.k}, a.data(), a_elems * 4);
+    write_npy(dir + "/b.npy", "<f4", {shape.k, shape.n}, b.data(), b_elems * 4);
+  }
+
+  Baselines baselines;
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+    const Variant& variant = ref.variant();
+    row.flops = flops(shape);
+    row.bytes = min_bytes(shape);
+    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
+      row.status = Row::Status::Skipped;
+      row.note = *why;
+      return;
+    }
+    DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, &shape, nullptr));
+    const MatmulArgs args{shape, da.get(), db.get(), dc.get(), workspace.get()};
+    const auto& launch = std::get<MatmulLaunch>(variant.launch);
+    VariantHooks hooks;
+    hooks.poison = [&] { dc.fill_bytes(kPoisonByte, session.stream.get()); };
+    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.download = [&] {
+      Output out;
+      out.values = dc.download();
+      return out;
+    };
+    hooks.check = [&](Row& r, const Output& out) {
+      std::vector<double> got(ref64.rows.size() * std::size_t(shape.n));
+      for (std::size_t i = 0; i < ref64.rows.size(); ++i)
+        for (int j = 0; j < shape.n; ++j)
+          got[i * shape.n + j] = out.values[std::size_t(ref64.rows[i]) * shape.n + j];
+      ErrorStats e = compare_with_reference(got, ref64.c, reflow.c, matmul_abs_term(shape.k));
+      e.total = std::int64_t(out.values.size());
+      e.nonfinite = count_nonfinite(out.values);
+      e.pass = e.pass && e.nonfinite == 0;
+      r.error = e;
+    };
+    hooks.save = [&](const Output& out) {
+      write_npy(dir + "/c_" + file_id(ref.id()) + ".npy", "<f4", {shape.m, shape.n},
+                out.values.data(), out.values.size() * 4);
+    };
+    run_variant(session, ref, row, hooks, options, baselines, 0);
+  });
+  return run;
+}
+
+// ---- reduction -----------------------------------------------------------------------------
+ProblemRun run_reduction(Session& session, const ReductionShape& shape,
+                         std::span<const VariantRef> variants, const RunOptions& options) {
+  if (auto error = validate(shape)) throw UsageError(*error);
+  ProblemRun run;
+  run.kind = Kind::Reduction;
+  run.shape = shape.to_string();
+  run.shape_json = {{"count", shape.count}};
+  add_step_notes(run, variants, &shape);
+
+  const std::size_t n = std::size_t(shape.count);
+  ensure_fits(2 * n * sizeof(float) + 2 * session.gpu.l2_bytes, "the input and a copy of it");
+  const auto x = random_normal(n, options.seed, kStreamX);
+  DeviceBuffer<float> dx(n), dout(1);
+  dx.upload(x);
+  const double ref64 = reduction_reference(x, Precision::Fp64);
+  const double reflow = reduction_reference(x, Precision::Low);
+  const double abs_term = reduction_abs_term(sum_of_magnitudes(x));
+  std::string dir;
+  if (!options.save_dir.empty()) {
+    dir = fmt::format("{}/reduction_n{}", options.save_dir, shape.count);
+    std::filesystem::create_directories(dir);
+    write_npy(dir + "/x.npy", "<f4", {shape.count}, x.data(), n * 4);
+  }
+
+  // The yardstick: a device-to-device copy of the same bytes, timed the same way. A reduction
+  // reads 4n bytes; the copy reads 4n and writes 4n, and its GB/s counts both.
+  if (options.time && !session.context_lost) {
+    Row copy;
+    copy.id = "copy";
+    copy.description = "cudaMemcpyAsync device to device of the input (read + write counted)";
+    copy.ceiling = true;
+    copy.bytes = 2.0 * n * sizeof(float);
+    DeviceBuffer<float> dst(n);
+    copy.timing = time_launch(
+        [&](cudaStream_t s) {
+          CUDA_CHECK(cudaMemcpyAsync(dst.get(), dx.get(), n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        },
+        session.stream.get(), options.timing, session.flusher);
+    run.rows.push_back(std::move(copy));
+  }
+
+  Baselines baselines;
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+    const Variant& variant = ref.variant();
+    row.flops = flops(shape);
+    row.bytes = min_bytes(shape);
+    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
+      row.status = Row::Status::Skipped;
+      row.note = *why;
+      return;
+    }
+    DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, nullptr, &shape));
+    const ReductionArgs args{shape, dx.get(), dout.get(), workspace.get()};
+    const auto& launch = std::get<ReductionLaunch>(variant.launch);
+    VariantHooks hooks;
+    hooks.poison = [&] { dout.fill_bytes(kPoisonByte, session.stream.get()); };
+    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.download = [&] {
+      Output out;
+      out.values = dout.download();
+      return out;
+    };
+    hooks.check = [&](Row& r, const Output& out) {
+      const std::vector<double> got = {double(out.values[0])}, r64 = {ref64}, rlow = {reflow};
+      ErrorStats e = compare_with_reference(got, r64, rlow, abs_term);
+      e.total = 1;
+      e.nonfinite = count_nonfinite(out.values);
+      e.pass = e.pass && e.nonfinite == 0;
+      r.error = e;
+    };
+    hooks.save = [&](const Output& out) {
+      write_npy(dir + "/sum_" + file_id(ref.id()) + ".npy", "<f4", {1}, out.values.data(), 4);
+    };
+    run_variant(session, ref, row, hooks, options, baselines, 0);
+  });
+  return run;
+}
+
+}  // namespace ladder

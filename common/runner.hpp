@@ -1,0 +1,67 @@
+// The harness's data flow for one problem:
+//
+//   inputs (seeded, on the device) → references (CPU, fp64 and low precision, once per problem)
+//   → for each variant, in ladder order:
+//        constraints → poison → launch → every element written? → error vs reference
+//        → difference from its baseline's output → timing → rerun identical?
+//   → one ProblemRun (rows + notes), printed by report.hpp and written as JSON.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/gpu_info.hpp"
+#include "common/registry.hpp"
+#include "common/report.hpp"
+#include "common/timing.hpp"
+
+namespace ladder {
+
+// A bad request from the user (a shape no step can run, a problem too large for the GPU).
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct VariantRef {
+  const Step* step;
+  std::size_t index;
+  const Variant& variant() const { return step->variants[index]; }
+  std::string id() const { return variant_id(*step, variant()); }
+};
+
+struct RunOptions {
+  TimingOptions timing;
+  bool time = true;         // false: check only (the GPU tests)
+  bool check = true;        // false: skip the CPU reference (timing only)
+  std::int64_t max_reference_rows = 2048;
+  std::uint64_t seed = 20261129;
+  float q_scale = 1.0f, k_scale = 1.0f;  // the large-logit case multiplies Q and K
+  std::string save_dir;     // non-empty: write inputs and outputs as .npy here
+  bool verbose = false;
+};
+
+// The GPU state a sequence of runs shares.
+struct Session {
+  GpuInfo gpu;
+  L2Flusher flusher;
+  CudaStream stream;
+  bool context_lost = false;  // a kernel fault poisoned the CUDA context; nothing more can run
+  explicit Session(const GpuInfo& info) : gpu(info), flusher(info.l2_bytes) {}
+};
+
+ProblemRun run_attention(Session& session, const AttentionShape& shape,
+                         std::span<const VariantRef> variants, const RunOptions& options);
+ProblemRun run_matmul(Session& session, const MatmulShape& shape,
+                      std::span<const VariantRef> variants, const RunOptions& options);
+ProblemRun run_reduction(Session& session, const ReductionShape& shape,
+                         std::span<const VariantRef> variants, const RunOptions& options);
+
+// Resources of a variant's kernels (registers, spills, shared memory, blocks per SM).
+std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
+                                              const GpuInfo& gpu);
+
+}  // namespace ladder

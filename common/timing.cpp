@@ -1,0 +1,69 @@
+#include "common/timing.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace ladder {
+
+namespace {
+double percentile(const std::vector<float>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double pos = p * double(sorted.size() - 1);
+  const std::size_t lo = std::size_t(std::floor(pos));
+  const std::size_t hi = std::min(sorted.size() - 1, lo + 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+}  // namespace
+
+Timing summarize(std::vector<float> samples) {
+  Timing t;
+  t.samples_ms = samples;
+  std::sort(samples.begin(), samples.end());
+  t.median_ms = percentile(samples, 0.5);
+  t.p20_ms = percentile(samples, 0.2);
+  t.p80_ms = percentile(samples, 0.8);
+  t.min_ms = samples.empty() ? 0 : samples.front();
+  return t;
+}
+
+bool same_speed(const Timing& a, const Timing& b) {
+  const bool a_in_b = a.median_ms >= b.p20_ms && a.median_ms <= b.p80_ms;
+  const bool b_in_a = b.median_ms >= a.p20_ms && b.median_ms <= a.p80_ms;
+  return a_in_b || b_in_a;
+}
+
+L2Flusher::L2Flusher(std::size_t l2_bytes) : scratch_(std::max<std::size_t>(2 * l2_bytes, 1)) {}
+
+void L2Flusher::flush(cudaStream_t stream) { scratch_.fill_bytes(0x5A, stream); }
+
+Timing time_launch(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream,
+                   const TimingOptions& options, L2Flusher& flusher) {
+  // Warm-up: module loading, first-touch of pages, library handles, clocks ramping up.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    launch(stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i >= 1 && elapsed >= options.warmup_ms) break;
+  }
+
+  CudaEvent before, after;
+  std::vector<float> samples;
+  double measured = 0;
+  while (int(samples.size()) < options.max_reps &&
+         (int(samples.size()) < options.min_reps || measured < options.target_ms)) {
+    if (options.flush_l2) flusher.flush(stream);
+    before.record(stream);
+    launch(stream);
+    after.record(stream);
+    CUDA_CHECK(cudaEventSynchronize(after.get()));
+    const float ms = after.ms_since(before);
+    samples.push_back(ms);
+    measured += ms;
+  }
+  return summarize(std::move(samples));
+}
+
+}  // namespace ladder
