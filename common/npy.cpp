@@ -10,7 +10,8 @@ namespace ladder {
 std::string npy_header(const std::string& dtype, const std::vector<std::int64_t>& shape) {
   std::string dims;
   for (auto d : shape) dims += fmt::format("{}, ", d);
-  if (shape.size() > 1) dims.resize(dims.size() - 2);  // (3,) keeps its comma, (2, 3) does not
+  // A 1-tuple keeps its comma, "(3,)"; longer tuples drop the trailing one, "(2, 3)".
+  if (!dims.empty()) dims.resize(dims.size() - (shape.size() == 1 ? 1 : 2));
   std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}",
                                  dtype, shape.empty() ? "" : dims);
   // Magic (6) + version (2) + header length (2) + dict + padding + '\n', a multiple of 64 bytes.

@@ -45,7 +45,7 @@ __device__ std::int64_t global_thread() {
 }
 
 // ---- Kernel 1: one atomic per element -------------------------------------------------------
-// Correct, and the slowest thing in the ladder: every atomic targets the same 4 bytes, so the
+// Correct, and expected to be the slowest rung: every atomic targets the same 4 bytes, so the
 // memory system applies them one after another however many threads issue them. *out must be
 // zero before the launch (launch_atomic clears it).
 __global__ void __launch_bounds__(kThreads)
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kThreads)
 // and without a single barrier. The upper lanes end with partial garbage, which nobody reads.
 __device__ float warp_reduce_sum(float v) {
 #pragma unroll
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v += __shfl_down_sync(kFullMask, v, offset);
   return v;
 }
 
@@ -146,12 +147,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-unsigned blocks_for(std::int64_t count) { return unsigned(ceil_div(count, std::int64_t(kThreads))); }
+// Blocks of kThreads that cover `count` values, one value per thread: at most 2^34 / 2^8 = 2^26,
+// well inside gridDim.x's limit of 2^31 − 1.
+std::int64_t blocks_for(std::int64_t count) { return ceil_div(count, std::int64_t(kThreads)); }
 
 void launch_atomic(const ReductionArgs& a, cudaStream_t stream) {
   const std::int64_t n = a.shape.count;
   CUDA_CHECK(cudaMemsetAsync(a.out, 0, sizeof(float), stream));  // 0.0f is all zero bits
-  atomic_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a.x, a.out, n);
+  atomic_sum_kernel<<<unsigned(blocks_for(n)), kThreads, 0, stream>>>(a.x, a.out, n);
   CUDA_CHECK_LAUNCH("atomic_sum_kernel");
 }
 
@@ -159,10 +162,10 @@ void launch_atomic(const ReductionArgs& a, cudaStream_t stream) {
 // write the buffer it reads (block b writes partial b while another block may still be reading
 // it), so the passes alternate between two buffers; the pass that is left with one block writes
 // *out itself.
-std::size_t tree_first_buffer(std::int64_t n) { return std::size_t(ceil_div(n, std::int64_t(kThreads))); }
+std::int64_t tree_first_buffer(std::int64_t n) { return blocks_for(n); }
 std::size_t tree_workspace(std::int64_t n) {
-  const std::size_t first = tree_first_buffer(n);
-  return (first + std::size_t(ceil_div(std::int64_t(first), std::int64_t(kThreads)))) * sizeof(float);
+  const std::int64_t first = tree_first_buffer(n);
+  return std::size_t(first + blocks_for(first)) * sizeof(float);
 }
 
 void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
@@ -171,9 +174,9 @@ void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
   const float* in = a.x;
   std::int64_t count = a.shape.count;
   for (int pass = 0;; ++pass) {
-    const unsigned blocks = blocks_for(count);
+    const std::int64_t blocks = blocks_for(count);
     float* dst = blocks == 1 ? a.out : buffers[pass % 2];
-    tree_sum_kernel<<<blocks, kThreads, 0, stream>>>(in, dst, count);
+    tree_sum_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(in, dst, count);
     CUDA_CHECK_LAUNCH("tree_sum_kernel");
     if (blocks == 1) return;
     in = dst;
@@ -184,7 +187,7 @@ void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
 void launch_warp_shuffle(const ReductionArgs& a, cudaStream_t stream) {
   const std::int64_t n = a.shape.count;
   CUDA_CHECK(cudaMemsetAsync(a.out, 0, sizeof(float), stream));
-  warp_shuffle_sum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a.x, a.out, n);
+  warp_shuffle_sum_kernel<<<unsigned(blocks_for(n)), kThreads, 0, stream>>>(a.x, a.out, n);
   CUDA_CHECK_LAUNCH("warp_shuffle_sum_kernel");
 }
 
@@ -210,9 +213,8 @@ void launch_two_level(const ReductionArgs& a, cudaStream_t stream) {
   }();
 
   const std::int64_t n = a.shape.count;
-  const auto blocks = unsigned(
-      std::max<std::int64_t>(1, std::min<std::int64_t>(two_level_max_blocks(n),
-                                                       std::int64_t(multiprocessors) * kBlocksPerSm)));
+  const auto blocks = unsigned(std::min<std::int64_t>(
+      two_level_max_blocks(n), std::max(1, multiprocessors * kBlocksPerSm)));
   if (blocks == 1) {
     two_level_sum_kernel<<<1, kThreads, 0, stream>>>(a.x, a.out, n);
     CUDA_CHECK_LAUNCH("two_level_sum_kernel");
@@ -236,7 +238,8 @@ std::size_t cub_temp_bytes(std::int64_t n) {
 
 void launch_cub(const ReductionArgs& a, cudaStream_t stream) {
   // A null temp pointer would turn the call below into a size query that silently sums nothing.
-  if (a.workspace == nullptr) throw std::logic_error("cub reduction launched without its workspace");
+  if (a.workspace == nullptr)
+    throw std::logic_error("the cub reduction was launched without its workspace");
   std::size_t bytes = cub_temp_bytes(a.shape.count);
   CUDA_CHECK(cub::DeviceReduce::Sum(a.workspace, bytes, a.x, a.out, a.shape.count, stream));
 }

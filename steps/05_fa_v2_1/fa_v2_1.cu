@@ -47,7 +47,7 @@ constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel m
 //   Q fragments     2 m16 × D/16 k16 × 4 b32  =  32 (D = 64)    64 (D = 128)
 // D = 64 holds all three (≤ 160) with room for the K/V fragments of one k16 step and the
 // addresses: Q is read from shared memory once, before the loop. At D = 128 the three need
-// 256 registers before a single temporary, so Q stays in shared memory and each k16 step of
+// 224 or 256 registers before a single temporary, so Q stays in shared memory and each k16 step of
 // Q Kᵀ reloads its two A fragments (two more ldmatrix.x4 per step, against 2·Bc/8 mma): the
 // alternative, 16 rows per warp (kBlockM = 64), would halve the reuse of every K and V
 // fragment and of every K/V tile brought into the CTA.
@@ -64,7 +64,7 @@ struct Tile {
   static constexpr int kSTiles = kBlockN / 8;        // n8 tiles of S (along keys)
   static constexpr int kKeySteps = kBlockN / 16;     // k16 steps of O += P V (along keys)
   static constexpr int kOTiles = kHeadDim / 8;       // n8 tiles of O (along D)
-  static constexpr bool kQInRegisters = kHeadDim == 64;
+  static constexpr bool kQInRegisters = kMTiles * 4 * (kDSteps + kOTiles + kSTiles) <= 160;
   // 65536 registers per SM: three CTAs of 128 threads need <= 168 registers per thread. Only
   // D = 64, Bc = 32 gets there; asking it of the others would spill.
   static constexpr int kMinBlocksPerSm = (kHeadDim == 64 && kBlockN == 32) ? 3 : 1;
@@ -324,6 +324,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSm)
     }
   }
 
+  // Where block j + 1 starts and how many of its rows exist: pointer increments, so the loop
+  // does no 64-bit index arithmetic.
   const __half* k_next = k_head;
   const __half* v_next = v_head;
   int rows_left = n;

@@ -1,0 +1,116 @@
+// Argument validation and step selection. No CUDA here: these run on CI.
+#include <vector>
+
+#include "common/cli.hpp"
+#include "tests/catch.hpp"
+
+using namespace ladder;
+
+namespace {
+ParseOutcome parse(std::vector<const char*> args, int only_step = -1) {
+  args.insert(args.begin(), "ladder");
+  return parse_cli(int(args.size()), args.data(), only_step);
+}
+}  // namespace
+
+TEST_CASE("sizes must be positive whole numbers", "[cli]") {
+  for (const char* bad : {"0", "-3", "1.5", "abc"}) {
+    const auto o = parse({"--n", bad});
+    CHECK_FALSE(o.options);
+    CHECK(o.exit_code == 2);
+    CHECK(o.message.find("positive") != std::string::npos);
+  }
+  CHECK_FALSE(parse({"--gemm", "1,2"}).options);
+  CHECK_FALSE(parse({"--count", "0"}).options);
+  CHECK_FALSE(parse({"--mask", "diagonal"}).options);
+  CHECK_FALSE(parse({"--min-reps", "9", "--max-reps", "3"}).options);
+}
+
+TEST_CASE("--help is not an error", "[cli]") {
+  const auto o = parse({"--help"});
+  CHECK_FALSE(o.options);
+  CHECK(o.exit_code == 0);
+  CHECK(o.message.find("--seqlen") != std::string::npos);
+}
+
+TEST_CASE("attention shapes: lists, masks and a fixed token count", "[cli]") {
+  auto o = parse({"--n", "1024,4096", "--d", "64,128", "--mask", "both", "--tokens", "16384"});
+  REQUIRE(o.options);
+  const auto shapes = attention_shapes(*o.options);
+  REQUIRE(shapes.size() == 8);
+  CHECK(shapes[0].batch == 16);
+  CHECK(shapes[1].batch == 4);
+  CHECK_FALSE(shapes[0].causal);
+  CHECK(shapes[2].causal);
+  CHECK(shapes[4].head_dim == 128);
+  CHECK_FALSE(parse({"--n", "1000", "--tokens", "16384"}).options);  // 16384 % 1000 != 0
+}
+
+TEST_CASE("--causal and --large-logits", "[cli]") {
+  auto o = parse({"--causal", "--large-logits"});
+  REQUIRE(o.options);
+  CHECK(attention_shapes(*o.options).at(0).causal);
+  CHECK(o.options->run.q_scale == 5.0f);
+  CHECK(o.options->run.k_scale == 3.0f);
+}
+
+TEST_CASE("step selection", "[cli][registry]") {
+  const Registry& registry = Registry::instance();
+  REQUIRE(!registry.steps().empty());
+  auto o = parse({});
+  REQUIRE(o.options);
+  const auto all = select_variants(registry, *o.options, -1);
+  std::size_t total = 0;
+  for (const auto& s : registry.steps()) total += s.variants.size();
+  CHECK(all.size() == total);
+  for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].step->number <= all[i].step->number);
+
+  o = parse({"--steps", "99"});
+  REQUIRE(o.options);
+  CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
+  o = parse({"--steps", "x-y"});
+  CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
+  o = parse({"--track", "sorting"});
+  CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
+  o = parse({"--variant", "no_such_variant"});
+  CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
+
+  o = parse({"--variant", "00/naive"});
+  const auto one = select_variants(registry, *o.options, -1);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].id() == "00/naive");
+}
+
+TEST_CASE("--list names every step and variant without touching CUDA", "[cli][registry]") {
+  const std::string text = list_steps(Registry::instance(), -1);
+  for (const auto& step : Registry::instance().steps())
+    for (const auto& v : step.variants) CHECK(text.find(variant_id(step, v)) != std::string::npos);
+}
+
+TEST_CASE("every registered step is well formed", "[registry]") {
+  for (const auto& step : Registry::instance().steps()) {
+    INFO("step " << step.number);
+    CHECK(!step.name.empty());
+    CHECK(!step.title.empty());
+    CHECK(!step.track.empty());
+    CHECK(step.main_variant >= 0);
+    CHECK(step.main_variant < int(step.variants.size()));
+    for (std::size_t i = 0; i < step.variants.size(); ++i) {
+      const auto& v = step.variants[i];
+      INFO("variant " << v.name);
+      CHECK(!v.description.empty());
+      CHECK(v.launch.index() == std::size_t(step.kind));  // the launch signature matches the kind
+      if (!v.peer) CHECK(bool(v.kernels));               // lessons report their resources
+      // The baseline must be a registered variant of the same kind (or none for a track's start).
+      const std::string base = baseline_id(step, i);
+      if (base.empty()) continue;
+      const int base_step = std::stoi(base.substr(0, 2));
+      const Step* b = Registry::instance().find(base_step);
+      REQUIRE(b);
+      CHECK(b->kind == step.kind);
+      bool found = false;
+      for (const auto& bv : b->variants) found = found || variant_id(*b, bv) == base;
+      CHECK(found);
+    }
+  }
+}

@@ -1,0 +1,72 @@
+// Every attention variant against the fp64 reference on a grid of ragged shapes.
+#include <fmt/format.h>
+
+#include "common/runner.hpp"
+#include "tests/catch.hpp"
+#include "tests/gpu/gpu_support.hpp"
+
+using namespace ladder;
+
+namespace {
+
+// A row that ran must pass everything; a row refused by its constraints must say why.
+void check_run(const ProblemRun& run) {
+  for (const Row& r : run.rows) {
+    INFO(r.id << " on " << run.shape << ": " << r.note);
+    if (r.status == Row::Status::Skipped) {
+      CHECK(!r.note.empty());
+      continue;
+    }
+    REQUIRE(r.status == Row::Status::Ok);
+    REQUIRE(r.error);
+    INFO(r.error->verdict() << " (rel L2 " << r.error->rel_l2 << ")");
+    CHECK(r.error->nonfinite == 0);
+    CHECK(r.error->pass);
+    if (r.lse_error) {
+      INFO("log-sum-exp: " << r.lse_error->verdict());
+      CHECK(r.lse_error->pass);
+    }
+    REQUIRE(r.rerun_identical);
+    if (r.deterministic) CHECK(*r.rerun_identical);  // no atomics, no races: same bits every time
+  }
+}
+
+constexpr int kSeqlens[] = {1, 17, 64, 113, 128, 1000, 1023, 2048};
+constexpr int kHeadDims[] = {64, 128};
+
+}  // namespace
+
+TEST_CASE("attention: ragged grid, causal and not", "[gpu][attention]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;  // this ctest entry's step is not an attention step
+  for (int heads : {1, 3})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true})
+        for (int n : kSeqlens) {
+          const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d, .causal = causal};
+          check_run(run_attention(testing::session(), shape, variants, testing::check_options()));
+          REQUIRE_FALSE(testing::session().context_lost);
+        }
+}
+
+TEST_CASE("attention: large logits (Q×5, K×3)", "[gpu][attention]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;
+  RunOptions options = testing::check_options();
+  options.q_scale = 5.0f;
+  options.k_scale = 3.0f;
+  for (int d : kHeadDims)
+    for (bool causal : {false, true}) {
+      const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d, .causal = causal};
+      check_run(run_attention(testing::session(), shape, variants, options));
+    }
+}
+
+TEST_CASE("attention: a different seed is checked too", "[gpu][attention]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;
+  RunOptions options = testing::check_options();
+  options.seed = 7;
+  const AttentionShape shape{.batch = 3, .heads = 2, .seqlen = 333, .head_dim = 128, .causal = true};
+  check_run(run_attention(testing::session(), shape, variants, options));
+}
