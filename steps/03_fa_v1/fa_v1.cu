@@ -29,7 +29,6 @@
 // two variants differ only in Br, the rows of a Q block: 48 (the seed's v1) and 64 (its v1.1).
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "common/check.hpp"
@@ -122,9 +121,8 @@ __device__ __forceinline__ void load_halves(const __half* src, float (&dst)[kCou
 // 16-byte chunks through registers; the threads wait for them (the block has nothing else to do
 // yet). Keys past the end of the sequence are zero-filled; their scores are masked.
 template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile,
-                                             const __half* k_head, const __half* v_head,
-                                             int kv_start, int n) {
+__device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile, const __half* k_head,
+                                             const __half* v_head, int kv_start, int n) {
   using T = Tile<kHeadDim, kBlockM>;
   constexpr int kChunksPerRow = kHeadDim / kChunk;
   constexpr int kChunksPerThread = kBlockN * kChunksPerRow / kThreads;
@@ -149,20 +147,23 @@ __device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile,
 // Q_i is converted to fp32 and multiplied by scale·log2(e) once, as it is staged: the inner
 // product then needs no conversion on the Q side and no scaling of S. Rows past the end of the
 // sequence are zeros (their scores are finite, their outputs are never stored).
-// This happens on every (K/V block, Q block) visit: Q_i is re-read ceil(N / Bc) times.
+// This happens on every (K/V block, Q block) visit: Q_i is re-read up to ceil(N / Bc) times.
 template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_q_tile(float* q_tile, const __half* q_head, int q_start,
-                                            int n, float scale_log2) {
+__device__ __forceinline__ void load_q_tile(float* q_tile, const __half* q_head, int q_start, int n,
+                                            float scale_log2) {
   using T = Tile<kHeadDim, kBlockM>;
   constexpr int kChunksPerRow = kHeadDim / kChunk;
   for (int c = threadIdx.x; c < kBlockM * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
     const int col = (c % kChunksPerRow) * kChunk;
     float x[kChunk] = {};
-    if (q_start + row < n) load_halves<kChunk>(q_head + std::int64_t(q_start + row) * kHeadDim + col, x);
+    if (q_start + row < n)
+      load_halves<kChunk>(q_head + std::int64_t(q_start + row) * kHeadDim + col, x);
     float4* dst = reinterpret_cast<float4*>(q_tile + row * T::kQStride + col);
-    dst[0] = make_float4(x[0] * scale_log2, x[1] * scale_log2, x[2] * scale_log2, x[3] * scale_log2);
-    dst[1] = make_float4(x[4] * scale_log2, x[5] * scale_log2, x[6] * scale_log2, x[7] * scale_log2);
+    dst[0] =
+        make_float4(x[0] * scale_log2, x[1] * scale_log2, x[2] * scale_log2, x[3] * scale_log2);
+    dst[1] =
+        make_float4(x[4] * scale_log2, x[5] * scale_log2, x[6] * scale_log2, x[7] * scale_log2);
   }
 }
 
@@ -248,7 +249,8 @@ __device__ __forceinline__ float row_sum(float x) {
 // 0 for such a row, which makes the matching P̃ or factor exactly 0. A row whose keys in this tile
 // are all masked thus gets old_weight = 1 and new_weight = 0: its state passes through unchanged.
 template <int kRows, int kCols>
-__device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols], const float (&m_old)[kRows],
+__device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols],
+                                               const float (&m_old)[kRows],
                                                const float (&l_old)[kRows], float (&m_new)[kRows],
                                                float (&l_new)[kRows], float (&old_weight)[kRows],
                                                float (&new_weight)[kRows]) {
@@ -269,8 +271,10 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols], const f
 
     m_new[i] = fmaxf(m_old[i], tile_max);
     const float m_ref = m_new[i] == -INFINITY ? 0.f : m_new[i];
-    const float kept = ladder::ptx::exp2_approx(m_old[i] - m_ref) * l_old[i];  // 0 on the first visit
-    const float added = ladder::ptx::exp2_approx(tile_max - m_ref);  // 0 if the tile's row is all masked
+    const float kept =
+        ladder::ptx::exp2_approx(m_old[i] - m_ref) * l_old[i];  // 0 on the first visit
+    const float added =
+        ladder::ptx::exp2_approx(tile_max - m_ref);  // 0 if the tile's row is all masked
     l_new[i] = kept + added * tile_sum;
     // Every real row has seen key 0 on its first visit, so l_new > 0; the guard is for safety.
     old_weight[i] = l_new[i] > 0.f ? kept / l_new[i] : 0.f;
@@ -315,7 +319,8 @@ __device__ __forceinline__ void multiply_pv(
     float p[T::kRows][kKeysPerLoad];
 #pragma unroll
     for (int i = 0; i < T::kRows; ++i) {
-      const float4 x = *reinterpret_cast<const float4*>(p_tile + (ty + i * kRowGroups) * T::kPStride + c0);
+      const float4 x =
+          *reinterpret_cast<const float4*>(p_tile + (ty + i * kRowGroups) * T::kPStride + c0);
       p[i][0] = x.x;
       p[i][1] = x.y;
       p[i][2] = x.z;
@@ -338,11 +343,13 @@ __device__ __forceinline__ void multiply_pv(
 // before its loops; here each thread block initializes its own head inside the launch, so the
 // cost is part of the measured time.
 template <int kHeadDim>
-__device__ __forceinline__ void init_running_state(float* o_run, float* l_run, float* m_run, int n) {
+__device__ __forceinline__ void init_running_state(float* o_run, float* l_run, float* m_run,
+                                                   int n) {
   static_assert(kHeadDim % 4 == 0);
   const std::int64_t count4 = std::int64_t(n) * kHeadDim / 4;
   float4* o4 = reinterpret_cast<float4*>(o_run);
-  for (std::int64_t c = threadIdx.x; c < count4; c += kThreads) o4[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (std::int64_t c = threadIdx.x; c < count4; c += kThreads)
+    o4[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int r = threadIdx.x; r < n; r += kThreads) {
     l_run[r] = 0.f;
     m_run[r] = -INFINITY;
@@ -359,7 +366,8 @@ template <int kHeadDim, int kBlockM>
 __device__ __forceinline__ void load_running_state(
     float (&o_old)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
     float (&m_old)[Tile<kHeadDim, kBlockM>::kRows], float (&l_old)[Tile<kHeadDim, kBlockM>::kRows],
-    const float* o_run, const float* l_run, const float* m_run, int q_start, int n, int ty, int tx) {
+    const float* o_run, const float* l_run, const float* m_run, int q_start, int n, int ty,
+    int tx) {
   using T = Tile<kHeadDim, kBlockM>;
 #pragma unroll
   for (int i = 0; i < T::kRows; ++i) {
@@ -371,7 +379,8 @@ __device__ __forceinline__ void load_running_state(
     if (row >= n) continue;
     m_old[i] = m_run[row];
     l_old[i] = l_run[row];
-    const float4* src = reinterpret_cast<const float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
+    const float4* src =
+        reinterpret_cast<const float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4) {
       const float4 x = src[d4];
@@ -394,7 +403,8 @@ __device__ __forceinline__ void store_running_state(
   for (int i = 0; i < T::kRows; ++i) {
     const int row = q_start + ty + i * kRowGroups;
     if (row >= n) continue;
-    float4* dst = reinterpret_cast<float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
+    float4* dst =
+        reinterpret_cast<float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4)
       dst[d4] = make_float4(o_new[i][4 * d4 + 0], o_new[i][4 * d4 + 1], o_new[i][4 * d4 + 2],
@@ -411,7 +421,8 @@ __device__ __forceinline__ void store_running_state(
 // the sequence are never written.
 template <int kHeadDim, int kBlockM>
 __device__ __forceinline__ void store_output(
-    __half* o_head, const float (&out)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
+    __half* o_head,
+    const float (&out)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
     int q_start, int n, int ty, int tx) {
   using T = Tile<kHeadDim, kBlockM>;
 #pragma unroll
@@ -420,7 +431,8 @@ __device__ __forceinline__ void store_output(
     if (row >= n) continue;
     std::uint32_t packed[T::kOutCols / 2];
 #pragma unroll
-    for (int d = 0; d < T::kOutCols; d += 2) packed[d / 2] = ladder::ptx::pack_half2(out[i][d], out[i][d + 1]);
+    for (int d = 0; d < T::kOutCols; d += 2)
+      packed[d / 2] = ladder::ptx::pack_half2(out[i][d], out[i][d + 1]);
     __half* dst = o_head + std::int64_t(row) * kHeadDim + tx * T::kOutCols;
     if constexpr (T::kOutCols == 8)
       *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
@@ -504,12 +516,13 @@ __global__ void __launch_bounds__(kThreads)
       // would otherwise go back to the workspace. Every row of the block is final then (a row
       // whose keys in this tile are all masked passes through unchanged), and each Q block has
       // exactly one last visit, so every output row is written exactly once.
-      const int last_kv_block = causal ? (min(q_start + kBlockM, n) - 1) / kBlockN : num_kv_blocks - 1;
+      const int last_kv_block =
+          causal ? (min(q_start + kBlockM, n) - 1) / kBlockN : num_kv_blocks - 1;
       if (j == last_kv_block)
         store_output<kHeadDim, kBlockM>(o + head, o_new, q_start, n, ty, tx);
       else
-        store_running_state<kHeadDim, kBlockM>(o_run, l_run, m_run, o_new, m_new, l_new, q_start,
-                                               n, ty, tx);
+        store_running_state<kHeadDim, kBlockM>(o_run, l_run, m_run, o_new, m_new, l_new, q_start, n,
+                                               ty, tx);
     }
   }
 }
@@ -545,8 +558,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   const RunningState state = running_state(a.workspace, sh);
   // FA1: one thread block per (batch, head).
   const int grid = sh.batch * sh.heads;
-  kernel<<<grid, kThreads, smem, stream>>>(a.q, a.k, a.v, a.o, state.o, state.l, state.m,
-                                           sh.seqlen, a.softmax_scale * kLog2e, sh.causal);
+  kernel<<<grid, kThreads, smem, stream>>>(a.q, a.k, a.v, a.o, state.o, state.l, state.m, sh.seqlen,
+                                           a.softmax_scale * kLog2e, sh.causal);
   CUDA_CHECK_LAUNCH("fa_v1_kernel");
 }
 
@@ -579,7 +592,7 @@ struct Traffic {
 
 Traffic traffic(const ladder::AttentionShape& s, int block_m) {
   const int n = s.seqlen;
-  const double row_bytes = double(s.head_dim) * sizeof(__half);              // Q, K, V or O
+  const double row_bytes = double(s.head_dim) * sizeof(__half);  // Q, K, V or O
   const double state_bytes = double(s.head_dim) * sizeof(float) + 2 * sizeof(float);  // O, l, m
   const int num_kv = ceil_div(n, kBlockN);
   const int num_q = ceil_div(n, block_m);
@@ -590,11 +603,11 @@ Traffic traffic(const ladder::AttentionShape& s, int block_m) {
     // Rows of Q blocks first .. num_q − 1; only the last block can be ragged.
     visited_rows += double(n) - double(first) * block_m;
   }
-  const double per_head = n * state_bytes                        // initialization
-                          + 2.0 * n * row_bytes                  // K and V, once
+  const double per_head = n * state_bytes                             // initialization
+                          + 2.0 * n * row_bytes                       // K and V, once
                           + visited_rows * (row_bytes + state_bytes)  // Q_i and the state, read
-                          + (visited_rows - n) * state_bytes     // the state, written back
-                          + n * row_bytes;                       // the output, once per row
+                          + (visited_rows - n) * state_bytes          // the state, written back
+                          + n * row_bytes;                            // the output, once per row
   const double bh = double(s.batch) * s.heads;
   return {per_head * bh, visits * bh};
 }

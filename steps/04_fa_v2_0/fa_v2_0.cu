@@ -21,8 +21,9 @@
 //   3. the causal mask works at two levels: whole K/V blocks past the diagonal are never loaded,
 //      and the element mask runs only on the blocks that cross it;
 //   4. K/V tiles are double-buffered with cp.async: tile j+1 is in flight while tile j is used.
-// Everything else (the thread layout, the register micro-tiles, S and P through shared memory,
-// the exp2 form of the softmax) is step 03's code, unchanged.
+// Bc drops from 64 to 32 to make room in shared memory (see kBlockN). Everything else (the thread
+// layout, the register micro-tiles, S and P through shared memory, the exp2 form of the softmax,
+// the masks' arithmetic) is step 03's code, unchanged.
 //
 // Arithmetic is still scalar fp32 FFMA on the CUDA cores. S (as P) and the O accumulator live in
 // shared memory, as in the seed's v2.0; step 05 moves both products onto the tensor cores and
@@ -52,8 +53,9 @@ constexpr int kLanesPerRow = 16;
 constexpr int kRowGroups = kThreads / kLanesPerRow;
 constexpr int kWarpSize = 32;
 
-// FA2: the K/V tile is small because it is double-buffered, and because the O accumulator and
-// the Q tile (fp32) of 128 rows live in shared memory too; see Tile::kSmemBytes.
+// FA2: the K/V tile shrinks from step 03's 64 keys to 32. Shared memory now also holds the O
+// accumulator of 128 rows and a second K/V stage, and with 32 keys two blocks (102 KB each) fit
+// on an SM at D = 64; at D = 128 one block takes 182 KB. See Tile::kSmemBytes.
 constexpr int kBlockN = 32;  // keys per K/V tile (Bc)
 constexpr int kStages = 2;   // FA2: K/V tiles in flight (cp.async double buffering)
 
@@ -125,9 +127,8 @@ __device__ __forceinline__ void load_halves(const __half* src, float (&dst)[kCou
 // of the sequence are zero-filled (src_bytes = 0: nothing is read, and the source address is
 // clamped to the head's first row so that it stays valid anyway); their scores are masked.
 template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile,
-                                             const __half* k_head, const __half* v_head,
-                                             int kv_start, int n) {
+__device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile, const __half* k_head,
+                                             const __half* v_head, int kv_start, int n) {
   using T = Tile<kHeadDim, kBlockM>;
   constexpr int kChunksPerRow = kHeadDim / kChunk;
   constexpr int kChunksPerThread = kBlockN * kChunksPerRow / kThreads;
@@ -151,18 +152,21 @@ __device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile,
 // sequence are zeros (their scores are finite, their outputs are never stored).
 // FA2: this happens once per thread block; step 03 did it once per (K/V block, Q block) pair.
 template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_q_tile(float* q_tile, const __half* q_head, int q_start,
-                                            int n, float scale_log2) {
+__device__ __forceinline__ void load_q_tile(float* q_tile, const __half* q_head, int q_start, int n,
+                                            float scale_log2) {
   using T = Tile<kHeadDim, kBlockM>;
   constexpr int kChunksPerRow = kHeadDim / kChunk;
   for (int c = threadIdx.x; c < kBlockM * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow;
     const int col = (c % kChunksPerRow) * kChunk;
     float x[kChunk] = {};
-    if (q_start + row < n) load_halves<kChunk>(q_head + std::int64_t(q_start + row) * kHeadDim + col, x);
+    if (q_start + row < n)
+      load_halves<kChunk>(q_head + std::int64_t(q_start + row) * kHeadDim + col, x);
     float4* dst = reinterpret_cast<float4*>(q_tile + row * T::kQStride + col);
-    dst[0] = make_float4(x[0] * scale_log2, x[1] * scale_log2, x[2] * scale_log2, x[3] * scale_log2);
-    dst[1] = make_float4(x[4] * scale_log2, x[5] * scale_log2, x[6] * scale_log2, x[7] * scale_log2);
+    dst[0] =
+        make_float4(x[0] * scale_log2, x[1] * scale_log2, x[2] * scale_log2, x[3] * scale_log2);
+    dst[1] =
+        make_float4(x[4] * scale_log2, x[5] * scale_log2, x[6] * scale_log2, x[7] * scale_log2);
   }
 }
 
@@ -307,7 +311,8 @@ __device__ __forceinline__ void multiply_pv(
     float p[T::kRows][kKeysPerLoad];
 #pragma unroll
     for (int i = 0; i < T::kRows; ++i) {
-      const float4 x = *reinterpret_cast<const float4*>(p_tile + (ty + i * kRowGroups) * T::kPStride + c0);
+      const float4 x =
+          *reinterpret_cast<const float4*>(p_tile + (ty + i * kRowGroups) * T::kPStride + c0);
       p[i][0] = x.x;
       p[i][1] = x.y;
       p[i][2] = x.z;
@@ -337,7 +342,8 @@ __device__ __forceinline__ void rescale_accumulator(
   using T = Tile<kHeadDim, kBlockM>;
 #pragma unroll
   for (int i = 0; i < T::kRows; ++i) {
-    float4* row = reinterpret_cast<float4*>(o_tile + (ty + i * kRowGroups) * T::kOStride + tx * T::kOutCols);
+    float4* row =
+        reinterpret_cast<float4*>(o_tile + (ty + i * kRowGroups) * T::kOStride + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4) {
       float4 o = row[d4];
@@ -355,7 +361,8 @@ __device__ __forceinline__ void rescale_accumulator(
 // the sequence are never written.
 template <int kHeadDim, int kBlockM>
 __device__ __forceinline__ void store_output(
-    __half* o_head, const float (&out)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
+    __half* o_head,
+    const float (&out)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
     int q_start, int n, int ty, int tx) {
   using T = Tile<kHeadDim, kBlockM>;
 #pragma unroll
@@ -364,7 +371,8 @@ __device__ __forceinline__ void store_output(
     if (row >= n) continue;
     std::uint32_t packed[T::kOutCols / 2];
 #pragma unroll
-    for (int d = 0; d < T::kOutCols; d += 2) packed[d / 2] = ladder::ptx::pack_half2(out[i][d], out[i][d + 1]);
+    for (int d = 0; d < T::kOutCols; d += 2)
+      packed[d / 2] = ladder::ptx::pack_half2(out[i][d], out[i][d + 1]);
     __half* dst = o_head + std::int64_t(row) * kHeadDim + tx * T::kOutCols;
     if constexpr (T::kOutCols == 8)
       *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
@@ -421,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kHeadDim>)
   for (int i = 0; i < T::kRows; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.f;
-    float4* row = reinterpret_cast<float4*>(o_tile + (ty + i * kRowGroups) * T::kOStride + tx * T::kOutCols);
+    float4* row =
+        reinterpret_cast<float4*>(o_tile + (ty + i * kRowGroups) * T::kOStride + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4) row[d4] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -489,8 +498,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
   const dim3 grid(ceil_div(sh.seqlen, kBlockM), sh.batch * sh.heads);
-  kernel<<<grid, kThreads, smem, stream>>>(a.q, a.k, a.v, a.o, sh.seqlen,
-                                           a.softmax_scale * kLog2e, sh.causal);
+  kernel<<<grid, kThreads, smem, stream>>>(a.q, a.k, a.v, a.o, sh.seqlen, a.softmax_scale * kLog2e,
+                                           sh.causal);
   CUDA_CHECK_LAUNCH("fa_v2_0_kernel");
 }
 
@@ -526,14 +535,15 @@ std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::M
   }
   const double kv_bytes = bh * kv_rows * 2 * row_bytes;
   const double bytes = bh * 2 * n * row_bytes + kv_bytes;
-  const std::size_t smem = s->head_dim == 128 ? Tile<128, kBlockM128>::kSmemBytes
-                                              : Tile<64, kBlockM128>::kSmemBytes;
+  const std::size_t smem =
+      s->head_dim == 128 ? Tile<128, kBlockM128>::kSmemBytes : Tile<64, kBlockM128>::kSmemBytes;
   return {
       ladder::strprintf("grid: %d Q blocks × %.0f heads = %.0f thread blocks of %d threads, %zu B "
                         "of shared memory each",
                         num_q, bh, num_q * bh, kThreads, smem),
-      ladder::strprintf("K and V are read once per Q block: %.2f GB (mostly L2 hits); Q and O "
-                        "once: %.3f GB; no running state leaves the chip",
+      ladder::strprintf("K and V are requested once per Q block that sees them: %.2f GB (L2 "
+                        "serves the repeats it can hold); Q and O once: %.3f GB; no running "
+                        "state leaves the chip",
                         kv_bytes / 1e9, bh * 2 * n * row_bytes / 1e9),
       ladder::strprintf("ledger: %.2f GB requested from global memory, arithmetic intensity "
                         "%.0f FLOP/byte",

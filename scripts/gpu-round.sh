@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# One GPU round on a machine with a GPU, in one go: build, GPU tests, sanitizer, ladder, benchmarks,
+# peers (PyTorch SDPA), profiles. Everything lands in OUT (logs, JSON), at most a handful of files,
+# so a remote runner can bring them back.
+#
+#   scripts/gpu-round.sh OUT [stage ...]
+#   stages: build test sanitize ladder bench peers ncu   (default: build test sanitize ladder)
+#
+# Environment: LADDER_GIT_COMMIT names the commit in the results when the tree has no .git.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+out=${1:?usage: scripts/gpu-round.sh OUT [stages...]}
+shift
+stages=("$@")
+((${#stages[@]})) || stages=(build test sanitize ladder)
+mkdir -p "$out/logs"
+logs="$out/logs"
+has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+if [ -z "${LADDER_GIT_COMMIT:-}" ]; then
+  LADDER_GIT_COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  export LADDER_GIT_COMMIT
+fi
+note "round at $(date -u +%FT%TZ), commit $LADDER_GIT_COMMIT, stages: ${stages[*]}"
+nvidia-smi >"$logs/nvidia-smi.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.limit --format=csv >>"$summary" 2>&1
+
+bin=build/gpu/bin
+if has build; then
+  start=$SECONDS
+  cmake --preset gpu -DLADDER_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1 &&
+    cmake --build --preset gpu -j "$(nproc)" >"$logs/build.log" 2>&1
+  note "build: rc=$? in $((SECONDS - start)) s"
+  # The compiler's resource report, one line per kernel: registers, spills, shared memory.
+  grep -E "Compiling entry|Used [0-9]+ registers|spill stores" "$logs/build.log" >"$logs/ptxas.txt" || true
+fi
+
+if has test; then
+  start=$SECONDS
+  (cd build/gpu && ctest --output-on-failure -j 1 --timeout 1500) >"$logs/ctest.log" 2>&1
+  note "tests: rc=$? in $((SECONDS - start)) s; $(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -1)"
+  grep -E "Skipped|Failed|\*\*\*" "$logs/ctest.log" | head -20 | tee -a "$summary"
+fi
+
+if has sanitize; then
+  start=$SECONDS
+  : >"$logs/sanitize.log"
+  for exe in "$bin"/step*; do
+    scripts/sanitize.sh "$exe" >>"$logs/sanitize.log" 2>&1
+    note "sanitize $(basename "$exe"): rc=$?"
+  done
+  note "sanitizer total $((SECONDS - start)) s"
+fi
+
+if has ladder; then
+  start=$SECONDS
+  "$bin/ladder" --json "$out/ladder.json" >"$logs/ladder.log" 2>&1
+  note "ladder: rc=$? in $((SECONDS - start)) s"
+  cat "$logs/ladder.log"
+fi
+
+# Issue 3's grids: the seed's (B=4, H=8, D=64) and the FlashAttention papers' (16k tokens, H=16,
+# D=128). The slow rungs (00 naive, 03 FA v1) only on the seed's grid.
+if has bench; then
+  start=$SECONDS
+  "$bin/ladder" --track attention --steps 4-99 --b 4 --h 8 --d 64 --n 1024,2048,4096,8192 --mask both \
+    --no-resources --json "$out/bench-d64.json" >"$logs/bench-d64.log" 2>&1
+  note "bench d64: rc=$?"
+  "$bin/ladder" --track attention --steps 4-99 --tokens 16384 --h 16 --d 128 --n 1024,4096,8192,16384 \
+    --mask both --no-resources --json "$out/bench-d128.json" >"$logs/bench-d128.log" 2>&1
+  note "bench d128: rc=$?"
+  "$bin/ladder" --steps 0,3 --b 4 --h 8 --d 64 --n 1024,2048,4096,8192 --mask both --min-reps 3 \
+    --max-reps 5 --no-resources --json "$out/bench-slow.json" >"$logs/bench-slow.log" 2>&1
+  note "bench slow rungs: rc=$?"
+  note "bench total $((SECONDS - start)) s"
+fi
+
+if has peers; then
+  start=$SECONDS
+  PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/peers.json" >"$logs/peers.log" 2>&1
+  note "peers: rc=$? in $((SECONDS - start)) s"
+fi
+
+if has ncu; then
+  start=$SECONDS
+  scripts/profile.sh "$bin" >"$logs/ncu.log" 2>&1
+  note "ncu: rc=$? in $((SECONDS - start)) s"
+fi
+
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
+note "done"
