@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Times the peer attention kernels (PyTorch's scaled_dot_product_attention with the FlashAttention-2,
+cuDNN and memory-efficient backends) on the ladder's benchmark grids, the same way the harness times
+its steps: warm-up, CUDA events around each repetition, the L2 flushed between repetitions, median
+with p20/p80. Writes one JSON file with provenance.
+
+    python3 scripts/peers.py --out peers.json [--quick]
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def grids(quick):
+    """(batch, heads, seqlen, head_dim, causal) in the order scripts/gpu-round.sh benchmarks them."""
+    shapes = []
+    for causal in (False, True):
+        for n in (1024, 2048, 4096, 8192):
+            shapes.append((4, 8, n, 64, causal))
+    for causal in (False, True):
+        for n in (1024, 4096, 8192, 16384):
+            shapes.append((16384 // n, 16, n, 128, causal))
+    return shapes[:2] if quick else shapes
+
+
+def percentile(sorted_values, p):
+    pos = p * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def time_fn(fn, flush, warmup_ms=25.0, min_reps=5, max_reps=50, target_ms=250.0):
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    # Warm-up for at least warmup_ms and two calls.
+    spent, calls = 0.0, 0
+    while calls < 2 or spent < warmup_ms:
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        spent += start.elapsed_time(end)
+        calls += 1
+    samples = []
+    while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) < target_ms):
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    s = sorted(samples)
+    return {"median_ms": statistics.median(s), "p20_ms": percentile(s, 0.2),
+            "p80_ms": percentile(s, 0.8), "samples_ms": samples}
+
+
+def gpu_provenance():
+    props = torch.cuda.get_device_properties(0)
+    info = {"name": props.name, "sm_count": props.multi_processor_count,
+            "compute_capability": props.major * 10 + props.minor,
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version()}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm",
+                            "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True)
+        driver, sm, mem, max_sm = [x.strip() for x in q.stdout.strip().split(",")]
+        info.update(driver_version=driver, sm_clock_mhz=int(sm), mem_clock_mhz=int(mem),
+                    max_sm_clock_mhz=int(max_sm))
+    except Exception as e:  # nvidia-smi missing: record why
+        info["nvidia_smi_error"] = str(e)
+    return info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    rows = []
+
+    # The matrix-unit ceiling of the day, measured the same way.
+    a = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
+    t = time_fn(lambda: a @ b, flush)
+    rows.append({"kind": "matmul", "name": "torch-fp16-matmul-8192", "flops": 2 * 8192**3, **t,
+                 "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
+    del a, b
+
+    for (bsz, heads, n, d, causal) in grids(args.quick):
+        q, k, v = (torch.randn(bsz, heads, n, d, dtype=torch.float16, device="cuda") for _ in range(3))
+        flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
+        for name, backend in BACKENDS.items():
+            row = {"kind": "attention", "name": name, "batch": bsz, "heads": heads, "seqlen": n,
+                   "head_dim": d, "causal": causal, "flops": flops}
+            try:
+                with sdpa_kernel([backend]):
+                    fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    t = time_fn(fn, flush)
+                row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
+            except Exception as e:  # a backend that refuses the shape: say so
+                row["error"] = str(e).splitlines()[0][:300]
+            rows.append(row)
+            print(f"{name:15s} B={bsz} H={heads} N={n} D={d} causal={causal}: "
+                  + (f"{row['tflops']:.1f} TFLOP/s" if "tflops" in row else row["error"]), flush=True)
+        del q, k, v
+
+    result = {"schema": "attention-ladder/peers/1",
+              "provenance": {"gpu": gpu_provenance(),
+                             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                             "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
+                             "method": "CUDA events per repetition, L2 flushed (2x L2 zeroed) between, "
+                                       "median of >=5 reps after >=25 ms warm-up"},
+              "rows": rows}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
