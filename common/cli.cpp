@@ -59,7 +59,7 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
 
   auto* attention = "Attention problem";
   app.add_option("-b,--b,--batch", o.batch, "Batch size B")->check(kPositive)->group(attention);
-  app.add_option("--h,--heads", o.heads, "Heads H")->check(kPositive)->group(attention);
+  app.add_option("-H,--heads", o.heads, "Heads H")->check(kPositive)->group(attention);
   app.add_option("-n,--n,--seqlen", o.seqlens, "Sequence length(s) N, comma separated")
       ->delimiter(',')->check(kPositive)->group(attention);
   app.add_option("-d,--d,--dim", o.head_dims, "Head dimension(s) D, comma separated")

@@ -34,7 +34,9 @@ if has build; then
   start=$SECONDS
   cmake --preset gpu -DLADDER_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1 &&
     cmake --build --preset gpu -j "$(nproc)" >"$logs/build.log" 2>&1
-  note "build: rc=$? in $((SECONDS - start)) s"
+  rc=$?
+  note "build: rc=$rc in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || tail -40 "$logs/build.log"
   # The compiler's resource report, one line per kernel: registers, spills, shared memory.
   grep -E "Compiling entry|Used [0-9]+ registers|spill stores" "$logs/build.log" >"$logs/ptxas.txt" || true
 fi
@@ -42,7 +44,8 @@ fi
 if has test; then
   start=$SECONDS
   (cd build/gpu && ctest --output-on-failure -j 1 --timeout 1500) >"$logs/ctest.log" 2>&1
-  note "tests: rc=$? in $((SECONDS - start)) s; $(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -1)"
+  rc=$?
+  note "tests: rc=$rc in $((SECONDS - start)) s; $(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -1)"
   grep -E "Skipped|Failed|\*\*\*" "$logs/ctest.log" | head -20 | tee -a "$summary"
 fi
 
@@ -51,7 +54,8 @@ if has sanitize; then
   : >"$logs/sanitize.log"
   for exe in "$bin"/step*; do
     scripts/sanitize.sh "$exe" >>"$logs/sanitize.log" 2>&1
-    note "sanitize $(basename "$exe"): rc=$?"
+    rc=$?
+    note "sanitize $(basename "$exe"): rc=$rc"
   done
   note "sanitizer total $((SECONDS - start)) s"
 fi
@@ -59,7 +63,8 @@ fi
 if has ladder; then
   start=$SECONDS
   "$bin/ladder" --json "$out/ladder.json" >"$logs/ladder.log" 2>&1
-  note "ladder: rc=$? in $((SECONDS - start)) s"
+  rc=$?
+  note "ladder: rc=$rc in $((SECONDS - start)) s"
   cat "$logs/ladder.log"
 fi
 
@@ -82,13 +87,15 @@ fi
 if has peers; then
   start=$SECONDS
   PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/peers.json" >"$logs/peers.log" 2>&1
-  note "peers: rc=$? in $((SECONDS - start)) s"
+  rc=$?
+  note "peers: rc=$rc in $((SECONDS - start)) s"
 fi
 
 if has ncu; then
   start=$SECONDS
-  scripts/profile.sh "$bin" >"$logs/ncu.log" 2>&1
-  note "ncu: rc=$? in $((SECONDS - start)) s"
+  scripts/profile.sh "$bin" "$out" >"$logs/ncu.log" 2>&1
+  rc=$?
+  note "ncu: rc=$rc in $((SECONDS - start)) s"
 fi
 
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
