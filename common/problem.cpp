@@ -27,6 +27,7 @@ std::string ReductionShape::to_string() const { return fmt::format("n={}", count
 
 namespace {
 constexpr std::int64_t kMaxElements = std::int64_t(1) << 40;  // keeps every index in 64 bits
+constexpr std::int64_t kMaxGridYZ = 65535;
 }
 
 std::optional<std::string> validate(const AttentionShape& s) {
@@ -34,10 +35,10 @@ std::optional<std::string> validate(const AttentionShape& s) {
     return fmt::format("attention sizes must be positive (got {})", s.to_string());
   if (s.head_dim % 8 != 0)
     return fmt::format("head dimension D={} must be a multiple of 8 (16-byte rows)", s.head_dim);
-  // Kernels index a [B, H, N, D] tensor with 32-bit (b·H + h) and 64-bit element offsets; keep the
-  // product of B and H in int range and the whole tensor well inside 64 bits.
-  if (std::int64_t(s.batch) * s.heads > std::numeric_limits<int>::max() / 2)
-    return fmt::format("B·H = {} is too large", std::int64_t(s.batch) * s.heads);
+  // The kernels put B·H on a grid dimension whose limit is 65535 (y and z).
+  if (std::int64_t(s.batch) * s.heads > kMaxGridYZ)
+    return fmt::format("B·H = {} is more than the {} (batch, head) pairs one launch can cover",
+                       std::int64_t(s.batch) * s.heads, kMaxGridYZ);
   if (s.elements() > kMaxElements) return "attention tensors larger than 2^40 elements";
   return std::nullopt;
 }

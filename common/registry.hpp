@@ -66,7 +66,7 @@ using Launch = std::variant<AttentionLaunch, MatmulLaunch, ReductionLaunch>;
 
 // ---- What a variant can run ---------------------------------------------------------------------
 struct Constraints {
-  int min_sm = 70;                // compute capability ×10 (80 = Ampere, 90 = Hopper)
+  int min_sm = 75;  // compute capability ×10 (75 = Turing, CUDA 13's oldest; 80 = Ampere; 90 = Hopper)
   std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
   std::int64_t max_seqlen = 0;    // attention: 0 = no limit
 

@@ -272,6 +272,14 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
       row.note = *why;
       return;
     }
+    if (variant.kernels)
+      for (const auto& k : variant.kernels(shape.head_dim))
+        if (k.dynamic_smem > session.gpu.smem_per_block_optin) {
+          row.status = Row::Status::Skipped;
+          row.note = fmt::format("{} needs {} KB of shared memory per block; this GPU allows {} KB",
+                                 k.name, k.dynamic_smem / 1024, session.gpu.smem_per_block_optin / 1024);
+          return;
+        }
     const std::size_t ws = workspace_bytes(variant, &shape, nullptr, nullptr);
     if (ws + kHeadroomBytes > free_device_bytes()) {
       row.status = Row::Status::Skipped;

@@ -633,7 +633,7 @@ std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::M
 ladder::Variant make_variant(std::string name, std::string description,
                              ladder::AttentionLaunch launch_fn, ladder::KernelsFn kernels_fn) {
   auto v = ladder::attention_variant(std::move(name), std::move(description), std::move(launch_fn));
-  v.constraints.min_sm = 70;
+  v.constraints.min_sm = 75;
   v.constraints.head_dims = {64, 128};
   v.workspace = [](const ladder::AttentionShape* s, const ladder::MatmulShape*,
                    const ladder::ReductionShape*) { return workspace_bytes(*s); };

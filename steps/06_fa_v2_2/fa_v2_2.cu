@@ -131,18 +131,30 @@ __device__ __forceinline__ void load_tile(__half* smem, const __half* tile, int 
 }
 
 // ---- This lane's ldmatrix row -----------------------------------------------------------------
-// `row` points at the tile row the lane addresses in the first fragment, `col` is its column
-// there (0 or 8) and row8 its row modulo 8. Later fragments are 16·i rows down (row8 unchanged)
-// and 16·kk columns right; with padding both are compile-time offsets, with the swizzle the
-// column goes through the XOR once per k16 step.
+// Every fragment a lane addresses is 16·i rows below and 16·kk columns right of its first one,
+// so its row % 8 never changes. `row` points at the tile row of the first fragment and `chunk`
+// is the lane's 16-byte chunk there (0 or 1, from the fragment map), already XORed with
+// row % 8 when the tile is swizzled. With padding, every address is then `row` plus a
+// compile-time offset. With the swizzle, k16 step kk reads logical chunk 2kk + c, stored at
+// (2kk + c) ^ (row % 8) = 2kk ^ chunk (c is bit 0 and 2kk is even): one XOR with a constant
+// per step, and only four distinct values (2kk mod 8), whatever D is.
 struct LdsmLane {
   const __half* row;
-  int col;
-  int row8;
+  int chunk;
 };
 template <class C>
+__device__ __forceinline__ LdsmLane ldsm_lane(const __half* tile, int row, int col) {
+  const int chunk = col >> 3;
+  return {tile + row * C::kStride, C::kSwizzled ? chunk ^ (row & 7) : chunk};
+}
+template <class C>
 __device__ __forceinline__ const __half* ldsm_at(const LdsmLane& l, int rows_down, int cols_right) {
-  return l.row + rows_down * C::kStride + C::col(l.col + cols_right, l.row8);
+  const int step_chunk = cols_right >> 3;  // compile-time and even: cols_right is 16·kk
+  const __half* row = l.row + rows_down * C::kStride;
+  if constexpr (C::kSwizzled)
+    return row + ((step_chunk & ~7) << 3) + (((step_chunk & 7) ^ l.chunk) << 3);
+  else
+    return row + ((step_chunk + l.chunk) << 3);
 }
 
 // ---- S = Q Kᵀ for the warp's 32 rows × kBlockN keys -------------------------------------------
@@ -317,23 +329,22 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
   // Prologue: Q, then the LAST K/V block (the only one that can be ragged, so the only checked
   // load of K and V).
   const int last = n_blocks - 1;
-  const __half* k_load = k + head + std::int64_t(last) * C::kBlockN * C::kHeadDim;
-  const __half* v_load = v + head + std::int64_t(last) * C::kBlockN * C::kHeadDim;
+  const std::int64_t last_offset = head + std::int64_t(last) * C::kBlockN * C::kHeadDim;
   load_tile<C, C::kBlockM, true>(s_q, q + head + std::int64_t(q_start) * C::kHeadDim,
                                  n - q_start, tid);
   ptx::cp_async_commit();
-  load_tile<C, C::kBlockN, true>(s_k + (last & 1) * C::kKVElems, k_load, n - last * C::kBlockN,
-                                 tid);
-  load_tile<C, C::kBlockN, true>(s_v + (last & 1) * C::kKVElems, v_load, n - last * C::kBlockN,
-                                 tid);
+  load_tile<C, C::kBlockN, true>(s_k + (last & 1) * C::kKVElems, k + last_offset,
+                                 n - last * C::kBlockN, tid);
+  load_tile<C, C::kBlockN, true>(s_v + (last & 1) * C::kKVElems, v + last_offset,
+                                 n - last * C::kBlockN, tid);
   ptx::cp_async_commit();
 
-  // This lane's ldmatrix rows (A map for Q and V, B map for K); row % 8 is the lane's l % 8 in
-  // both maps, since the maps add 0 or 8 to it.
-  const int a_row = frag::ldsm_a_row(lane), b_row = frag::ldsm_b_row(lane);
-  const LdsmLane q_lane{s_q + (warp * C::kRowsPerWarp + a_row) * C::kStride,
-                        frag::ldsm_a_col(lane), a_row & 7};
-  const int k_row_offset = b_row * C::kStride, v_row_offset = a_row * C::kStride;
+  // This lane's ldmatrix rows: A map for Q and V, B map for K.
+  const LdsmLane q_lane = ldsm_lane<C>(s_q, warp * C::kRowsPerWarp + frag::ldsm_a_row(lane),
+                                       frag::ldsm_a_col(lane));
+  // K and V: the same for every stage but for the stage's base address.
+  const LdsmLane k_lane0 = ldsm_lane<C>(s_k, frag::ldsm_b_row(lane), frag::ldsm_b_col(lane));
+  const LdsmLane v_lane0 = ldsm_lane<C>(s_v, frag::ldsm_a_row(lane), frag::ldsm_a_col(lane));
 
   std::uint32_t q_frag[C::kMTiles][C::kDSteps][4];
   if constexpr (C::kQInRegisters) {
@@ -372,10 +383,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
     ptx::cp_async_wait<0>();
     __syncthreads();
     if (block > 0) {
-      k_load -= C::kBlockN * C::kHeadDim;
-      v_load -= C::kBlockN * C::kHeadDim;
-      load_tile<C, C::kBlockN, false>(s_k + (stage ^ 1) * C::kKVElems, k_load, C::kBlockN, tid);
-      load_tile<C, C::kBlockN, false>(s_v + (stage ^ 1) * C::kKVElems, v_load, C::kBlockN, tid);
+      const std::int64_t next = head + std::int64_t(kv_start - C::kBlockN) * C::kHeadDim;
+      load_tile<C, C::kBlockN, false>(s_k + (stage ^ 1) * C::kKVElems, k + next, C::kBlockN, tid);
+      load_tile<C, C::kBlockN, false>(s_v + (stage ^ 1) * C::kKVElems, v + next, C::kBlockN, tid);
       ptx::cp_async_commit();
     }
 
@@ -384,10 +394,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
     if constexpr (decltype(masked)::value && kCausal)
       if (kv_start > warp_row_last) return;
 
-    const LdsmLane k_lane{s_k + stage * C::kKVElems + k_row_offset, frag::ldsm_b_col(lane),
-                          b_row & 7};
-    const LdsmLane v_lane{s_v + stage * C::kKVElems + v_row_offset, frag::ldsm_a_col(lane),
-                          a_row & 7};
+    const LdsmLane k_lane{k_lane0.row + stage * C::kKVElems, k_lane0.chunk};
+    const LdsmLane v_lane{v_lane0.row + stage * C::kKVElems, v_lane0.chunk};
     float s[C::kMTiles][C::kSTiles][4];
     gemm_qk<C>(s, q_frag, q_lane, k_lane);
     if constexpr (decltype(masked)::value) {
