@@ -53,19 +53,24 @@ enum Feature : unsigned {
   kHeavyFirst = 1u << 3,
 };
 
-template <int kHeadDim_, int kBlockN_, bool kQInRegisters_, int kMinBlocksPerSm_,
+// kBlockN is the key block of the pipeline (one cp.async stage, one barrier); kComputeN the
+// keys of one S tile in registers. Step 05 has them equal; splitting them lets the pipeline
+// take big steps while S stays small enough to fit next to the O accumulator.
+template <int kHeadDim_, int kBlockN_, int kComputeN_, bool kQInRegisters_, int kMinBlocksPerSm_,
           unsigned kFeatures>
 struct Config {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockN = kBlockN_;      // keys per block (Bc)
+  static constexpr int kBlockN = kBlockN_;      // keys per loaded block (Bc)
+  static constexpr int kComputeN = kComputeN_;  // keys per S tile
+  static constexpr int kSubBlocks = kBlockN / kComputeN;
   static constexpr int kBlockM = 128;           // query rows per CTA (Br)
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
   static constexpr int kDSteps = kHeadDim / 16;      // k16 steps of S = Q Kᵀ (along D)
-  static constexpr int kSTiles = kBlockN / 8;        // n8 tiles of S (along keys)
-  static constexpr int kKeySteps = kBlockN / 16;     // k16 steps of O += P V (along keys)
+  static constexpr int kSTiles = kComputeN / 8;      // n8 tiles of S (along keys)
+  static constexpr int kKeySteps = kComputeN / 16;   // k16 steps of O += P V (along keys)
   static constexpr int kOTiles = kHeadDim / 8;       // n8 tiles of O (along D)
   static constexpr bool kQInRegisters = kQInRegisters_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
@@ -91,7 +96,8 @@ struct Config {
   }
   __device__ static int offset(int row, int c) { return row * kStride + col(c, row & 7); }
 
-  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0 && kRowsPerWarp % 16 == 0);
+  static_assert(kHeadDim % 16 == 0 && kComputeN % 16 == 0 && kRowsPerWarp % 16 == 0);
+  static_assert(kBlockN % kComputeN == 0);
   static_assert(kThreads % kChunksPerRow == 0 && kWarpSize % kChunksPerRow == 0);
   static_assert(kBlockM % kBlockN == 0, "the causal block count assumes Bc divides Br");
 };
@@ -99,7 +105,7 @@ struct Config {
 // Step 05's tiles (and its rules): Q in registers when Q, S and O fit in 160 registers,
 // three CTAs per SM where that is reachable without spills (D = 64, Bc = 32).
 template <int kHeadDim, int kBlockN, unsigned kFeatures>
-using Step05Tiles = Config<kHeadDim, kBlockN,
+using Step05Tiles = Config<kHeadDim, kBlockN, kBlockN,
                            2 * 4 * (kHeadDim / 16 + kHeadDim / 8 + kBlockN / 8) <= 160,
                            (kHeadDim == 64 && kBlockN == 32) ? 3 : 1, kFeatures>;
 
@@ -389,22 +395,32 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
       ptx::cp_async_commit();
     }
 
-    // A warp whose last row is above the block's first key would only add zeros: skip it (the
-    // barrier and the loads above are collective and were already done).
-    if constexpr (decltype(masked)::value && kCausal)
-      if (kv_start > warp_row_last) return;
-
-    const LdsmLane k_lane{k_lane0.row + stage * C::kKVElems, k_lane0.chunk};
-    const LdsmLane v_lane{v_lane0.row + stage * C::kKVElems, v_lane0.chunk};
-    float s[C::kMTiles][C::kSTiles][4];
-    gemm_qk<C>(s, q_frag, q_lane, k_lane);
-    if constexpr (decltype(masked)::value) {
-      const bool ragged = kv_start + C::kBlockN > n;
-      const bool diagonal = kCausal && kv_start + C::kBlockN - 1 > warp_row0;
-      if (ragged || diagonal) apply_mask<C, kCausal>(s, warp_row0, kv_start, n, g, t);
+    // The block's S tiles, upper keys first like the blocks themselves. Not unrolled: ptxas
+    // would overlap one tile's Q Kᵀ with the previous tile's P V, which is exactly the register
+    // pressure the split is there to avoid.
+#pragma unroll 1
+    for (int sub = C::kSubBlocks - 1; sub >= 0; --sub) {
+      const int sub_start = kv_start + sub * C::kComputeN;
+      if constexpr (decltype(masked)::value) {
+        // Nothing to add: keys all past N (a ragged block's upper tiles), or, causal, a warp
+        // whose last row is above the tile's first key. The barrier and the loads above are
+        // collective and already done, so skipping is safe.
+        if (sub_start >= n) continue;
+        if (kCausal && sub_start > warp_row_last) continue;
+      }
+      const int tile_offset = stage * C::kKVElems + sub * C::kComputeN * C::kStride;
+      const LdsmLane k_lane{k_lane0.row + tile_offset, k_lane0.chunk};
+      const LdsmLane v_lane{v_lane0.row + tile_offset, v_lane0.chunk};
+      float s[C::kMTiles][C::kSTiles][4];
+      gemm_qk<C>(s, q_frag, q_lane, k_lane);
+      if constexpr (decltype(masked)::value) {
+        const bool ragged = sub_start + C::kComputeN > n;
+        const bool diagonal = kCausal && sub_start + C::kComputeN - 1 > warp_row0;
+        if (ragged || diagonal) apply_mask<C, kCausal>(s, warp_row0, sub_start, n, g, t);
+      }
+      online_softmax<C>(s, row_max, row_sum, acc_o, scale_log2);
+      gemm_pv<C>(acc_o, s, v_lane);
     }
-    online_softmax<C>(s, row_max, row_sum, acc_o, scale_log2);
-    gemm_pv<C>(acc_o, s, v_lane);
   };
 
   int block = n_blocks - 1;
@@ -518,8 +534,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <class C>
 std::vector<ladder::KernelInfo> kernel_pair() {
-  const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d%s>", C::kHeadDim, C::kBlockN,
-                                      C::kQInRegisters ? ",Q in regs" : "");
+  const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s>", C::kHeadDim, C::kBlockN,
+                                      C::kComputeN, C::kQInRegisters ? ",Q in regs" : "");
   return {
       {name, reinterpret_cast<const void*>(fa_v2_2_kernel<C, false>), C::kThreads, C::kSmemBytes},
       {name + " causal", reinterpret_cast<const void*>(fa_v2_2_kernel<C, true>), C::kThreads,
@@ -550,35 +566,36 @@ constexpr unsigned kFeaturesSmemEpilogue = kFeaturesSwizzle | kSmemEpilogue;
 constexpr unsigned kFeaturesLse = kFeaturesSmemEpilogue | kLse;
 constexpr unsigned kFeaturesH200 = kFeaturesLse | kHeavyFirst;
 
-// reverse .. lse: step 05's tiles.
-template <int kHeadDim, unsigned kFeatures>
-using Base = Step05Tiles<kHeadDim, kBlockNFrom05, kFeatures>;
+// reverse .. lse: step 05's tiles. D = 128 keeps step 05's pipeline block (64 keys) but
+// computes it as two S tiles of 32 keys: O (128 fp32) + S at 64 keys (64 fp32) sits at 255
+// registers, and step 05 only fit by luck of scheduling; with the two loop bodies of the
+// reverse loop (and later the swizzle's address registers) ptxas spilled 50-120 bytes per
+// thread at 64. At 32 keys the kernels fit with no spill.
+template <unsigned kFeatures>
+using BaseD64 = Step05Tiles<64, kBlockNFrom05, kFeatures>;
+template <unsigned kFeatures>
+using BaseD128 = Config<128, 64, 32, false, 1, kFeatures>;
 
 // bc128: FA2's tile at D = 64 is 128 × 128 with 4 warps. S grows to 2 × 16 × 4 = 128 fp32 per
 // thread, so Q can no longer live in registers (32 + 64 + 128 > 160): it is re-read from shared
-// memory at every k16 step, as FA2 does at this size. At D = 128 the O accumulator alone is
-// 128 registers and S at Bc = 128 another 128: nothing fits, so D = 128 keeps Bc = 64 (FA2's
-// own choice at D = 128 on A100/H100).
-using Bc128D64 = Config<64, 128, false, 1, kFeaturesLse>;
-using Bc128D128 = Config<128, 64, false, 1, kFeaturesLse>;
+// memory at every k16 step, as FA2 does at this size. At D = 128 a 128-key S tile (128 fp32)
+// next to the 128-fp32 O accumulator cannot fit in 255 registers at all: D = 128 keeps the
+// base tile (FA2 itself uses 128 × 64 there, which is our pipeline block).
+using Bc128D64 = Config<64, 128, 128, false, 1, kFeaturesLse>;
+using Bc128D128 = BaseD128<kFeaturesLse>;
 
-// h200 — a guess to be measured. The H200 has 64K registers and 228 KB of shared memory per SM;
-// at these tiles registers, not shared memory, decide how many warps share an SM, and with
-// mma.sync a warp's S -> softmax -> P V chain is serial, so the tensor cores stay busy only if
-// other warps are in a different phase. Hence:
-//   D = 64:  Bc = 64 with Q in shared memory and __launch_bounds__(128, 3): about 160 registers
-//            (O 64 + S 64 + fragments), so three CTAs (12 warps, 3 per scheduler) instead of
-//            bc128's two, at 48 KB of shared memory each. Bc = 64 rather than 32 keeps the
-//            per-block fixed costs (barrier, rescale of O, row-max shuffles) amortized over
-//            twice the mma.
-//   D = 128: O alone is 128 registers, so two CTAs of 4 warps is the ceiling for any tile with
-//            32 rows per warp; 16 rows per warp (8 warps or Br = 64) would double the ldmatrix
-//            bytes per mma, which the seeds' arithmetic puts near the 128 B/clk shared-memory
-//            limit. The tile stays 128 × 64 and a third K/V stage is not taken: at 32 KB a stage
-//            it would drop the SM to one CTA (96 KB -> 128 KB each).
+// h200 — a guess, to be measured. The H200 has 64K registers and 228 KB of shared memory per
+// SM. At these tiles registers, not shared memory, decide how many warps share an SM: two CTAs
+// of 4 warps at ~240 registers (three would need <= 168, which spills once S, O and the
+// epilogue's staging are all in). With two CTAs per SM fixed, the knobs left are how often a
+// CTA stops at a barrier and what it keeps in registers:
+//   D = 64:  FA2's 128-key pipeline block (half the barriers and cp.async rounds of Bc = 64),
+//            computed as two 64-key S tiles so that Q stays in registers (no per-step Q
+//            ldmatrix, unlike bc128). 80 KB of shared memory: two CTAs fit with room to spare.
+//   D = 128: the base tile; a 128-key block would need 160 KB per CTA (one CTA per SM).
 //   Both:    heaviest causal CTAs first (see the kernel's grid comment).
-using H200D64 = Config<64, 64, false, 3, kFeaturesH200>;
-using H200D128 = Config<128, 64, false, 1, kFeaturesH200>;
+using H200D64 = Config<64, 128, 64, true, 1, kFeaturesH200>;
+using H200D128 = BaseD128<kFeaturesH200>;
 
 LADDER_REGISTER_STEP(([] {
   ladder::Step step;
@@ -589,19 +606,19 @@ LADDER_REGISTER_STEP(([] {
   step.kind = ladder::Kind::Attention;
   step.chapter = "docs/06_fa_v2_2.md";
   step.improves_on = "05/bc64";
-  step.variants.push_back(make_variant<Base<64, 0>, Base<128, 0>>(
+  step.variants.push_back(make_variant<BaseD64<0>, BaseD128<0>>(
       "reverse", "05 + K/V blocks last to first, masked blocks in their own loop"));
-  step.variants.push_back(make_variant<Base<64, kFeaturesSwizzle>, Base<128, kFeaturesSwizzle>>(
+  step.variants.push_back(make_variant<BaseD64<kFeaturesSwizzle>, BaseD128<kFeaturesSwizzle>>(
       "swizzle", "+ XOR-swizzled shared tiles instead of D+8 padding"));
   step.variants.push_back(
-      make_variant<Base<64, kFeaturesSmemEpilogue>, Base<128, kFeaturesSmemEpilogue>>(
+      make_variant<BaseD64<kFeaturesSmemEpilogue>, BaseD128<kFeaturesSmemEpilogue>>(
           "smem_epilogue", "+ O staged through shared memory, 16-byte coalesced stores"));
-  step.variants.push_back(make_variant<Base<64, kFeaturesLse>, Base<128, kFeaturesLse>>(
+  step.variants.push_back(make_variant<BaseD64<kFeaturesLse>, BaseD128<kFeaturesLse>>(
       "lse", "+ 1/l guard, log-sum-exp output"));
   step.variants.push_back(make_variant<Bc128D64, Bc128D128>(
-      "bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 keeps Bc=64"));
+      "bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 unchanged"));
   step.variants.push_back(make_variant<H200D64, H200D128>(
-      "h200", "+ H200 guess: D=64 Bc=64 at 3 CTAs/SM, heaviest causal CTAs first"));
+      "h200", "+ H200 guess: D=64 128-key blocks as two 64-key S tiles, heaviest causal first"));
   step.main_variant = 5;  // h200, until measured
   return step;
 }()));

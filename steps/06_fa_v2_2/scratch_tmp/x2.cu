@@ -1,0 +1,614 @@
+// Step 06 — FlashAttention v2.2: the details that separate step 05 from FlashAttention-2.
+//
+// Step 05 already has FA2's algorithm and FA2's instructions. The seed's line-by-line comparison
+// with FA2 v2.6.3 lists what is left; this step adds it one idea at a time, each variant on top
+// of the previous one, so that each row of the table measures one idea alone:
+//
+//   reverse        K/V blocks from last to first: the only blocks that need an element mask
+//                  (the ragged end, the causal diagonal) come first and run in their own loop;
+//                  the steady-state loop has no mask code at all, and warps whose rows are all
+//                  above a diagonal block skip it
+//   swizzle        XOR-swizzled shared tiles instead of rows padded to D + 8 (12.5% less smem)
+//   smem_epilogue  O staged through shared memory, so the stores are 16-byte and coalesced
+//   lse            the sum == 0 / NaN guard on 1/l, and the log-sum-exp the backward pass needs
+//   bc128          Bc = 128 at D = 64, FA2's tile (Q moves back to shared memory to make room)
+//   h200           tiles picked for the H200's register file, heaviest causal CTAs first
+//
+// One kernel template serves all of them: a Config carries the tile and a set of feature bits,
+// and every difference below is an `if constexpr` on one of them.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include "common/check.hpp"
+#include "common/device/mma_fragments.cuh"
+#include "common/device/ptx.cuh"
+#include "common/device/swizzle.cuh"
+#include "common/registry.hpp"
+#include "common/strings.hpp"
+
+namespace {
+
+using ladder::AttentionArgs;
+using ladder::ceil_div;
+namespace ptx = ladder::ptx;
+namespace frag = ladder::frag;
+
+constexpr int kWarpSize = 32;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
+
+// ---- Features (the ablation) and tiles --------------------------------------------------------
+// Reverse iteration is not a bit: every variant of this step has it (step 05 is the version
+// without). The bits accumulate in the order of the variants.
+enum Feature : unsigned {
+  kSwizzle = 1u << 0,
+  kSmemEpilogue = 1u << 1,
+  kLse = 1u << 2,
+  kHeavyFirst = 1u << 3,
+};
+
+// kBlockN is the key block of the pipeline (one cp.async stage, one barrier); kComputeN the
+// keys of one S tile in registers. Step 05 has them equal; splitting them lets the pipeline
+// take big steps while S stays small enough to fit next to the O accumulator.
+template <int kHeadDim_, int kBlockN_, int kComputeN_, bool kQInRegisters_, int kMinBlocksPerSm_,
+          unsigned kFeatures>
+struct Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;      // keys per loaded block (Bc)
+  static constexpr int kComputeN = kComputeN_;  // keys per S tile
+  static constexpr int kSubBlocks = kBlockN / kComputeN;
+  static constexpr int kBlockM = 128;           // query rows per CTA (Br)
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
+  static constexpr int kDSteps = kHeadDim / 16;      // k16 steps of S = Q Kᵀ (along D)
+  static constexpr int kSTiles = kComputeN / 8;      // n8 tiles of S (along keys)
+  static constexpr int kKeySteps = kComputeN / 16;   // k16 steps of O += P V (along keys)
+  static constexpr int kOTiles = kHeadDim / 8;       // n8 tiles of O (along D)
+  static constexpr bool kQInRegisters = kQInRegisters_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+
+  static constexpr bool kSwizzled = (kFeatures & kSwizzle) != 0;
+  static constexpr bool kSmemEpi = (kFeatures & kSmemEpilogue) != 0;
+  static constexpr bool kWritesLse = (kFeatures & kLse) != 0;
+  static constexpr bool kHeavy = (kFeatures & kHeavyFirst) != 0;
+
+  // Padded rows (step 05) or dense swizzled rows; see common/device/swizzle.cuh for the bank
+  // arithmetic of both.
+  static constexpr int kStride = kSwizzled ? kHeadDim : kHeadDim + 8;
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte cp.async chunks
+  static constexpr int kStages = 2;                   // K/V double buffer
+  static constexpr int kQElems = kBlockM * kStride;
+  static constexpr int kKVElems = kBlockN * kStride;  // one K (or V) stage
+  static constexpr std::size_t kSmemBytes = sizeof(__half) * (kQElems + 2 * kStages * kKVElems);
+
+  // Column (halves) where logical column `col` of a row with row % 8 == row8 is stored.
+  __device__ static int col(int c, int row8) {
+    if constexpr (kSwizzled) return ladder::swizzle::xor_col(c, row8);
+    else return c;
+  }
+  __device__ static int offset(int row, int c) { return row * kStride + col(c, row & 7); }
+
+  static_assert(kHeadDim % 16 == 0 && kComputeN % 16 == 0 && kRowsPerWarp % 16 == 0);
+  static_assert(kBlockN % kComputeN == 0);
+  static_assert(kThreads % kChunksPerRow == 0 && kWarpSize % kChunksPerRow == 0);
+  static_assert(kBlockM % kBlockN == 0, "the causal block count assumes Bc divides Br");
+};
+
+// Step 05's tiles (and its rules): Q in registers when Q, S and O fit in 160 registers,
+// three CTAs per SM where that is reachable without spills (D = 64, Bc = 32).
+template <int kHeadDim, int kBlockN, unsigned kFeatures>
+using Step05Tiles = Config<kHeadDim, kBlockN, kBlockN,
+                           2 * 4 * (kHeadDim / 16 + kHeadDim / 8 + kBlockN / 8) <= 160,
+                           (kHeadDim == 64 && kBlockN == 32) ? 3 : 1, kFeatures>;
+
+// ---- Global -> shared: one tile of rows, 16 bytes per cp.async --------------------------------
+// As in step 05, plus two things. The destination follows the layout (padded or swizzled): a
+// thread's chunk and its row modulo 8 never change between passes (kRowsPerPass is a multiple
+// of 8), so the swizzled column is computed once. And the bounds check is a template
+// parameter: iterating backwards, only the first block loaded (the prologue's) can be ragged.
+template <class C, int kRows, bool kCheckBounds>
+__device__ __forceinline__ void load_tile(__half* smem, const __half* tile, int rows_left, int tid) {
+  constexpr int kRowsPerPass = C::kThreads / C::kChunksPerRow;
+  static_assert(kRows % kRowsPerPass == 0 && kRowsPerPass % 8 == 0);
+  const int chunk = tid % C::kChunksPerRow;
+  const int first_row = tid / C::kChunksPerRow;
+  __half* dst = smem + C::offset(first_row, chunk * 8);
+  const __half* src = tile + first_row * C::kHeadDim + chunk * 8;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const int row = first_row + pass * kRowsPerPass;
+    if constexpr (kCheckBounds) {
+      const bool valid = row < rows_left;
+      ptx::cp_async_16(dst + pass * kRowsPerPass * C::kStride,
+                       valid ? src + pass * kRowsPerPass * C::kHeadDim : tile, valid ? 16 : 0);
+    } else {
+      ptx::cp_async_16(dst + pass * kRowsPerPass * C::kStride,
+                       src + pass * kRowsPerPass * C::kHeadDim);
+    }
+  }
+}
+
+// ---- This lane's ldmatrix row -----------------------------------------------------------------
+// Every fragment a lane addresses is 16·i rows below and 16·kk columns right of its first one,
+// so its row % 8 never changes. `row` points at the tile row of the first fragment and `chunk`
+// is the lane's 16-byte chunk there (0 or 1, from the fragment map), already XORed with
+// row % 8 when the tile is swizzled. With padding, every address is then `row` plus a
+// compile-time offset. With the swizzle, k16 step kk reads logical chunk 2kk + c, stored at
+// (2kk + c) ^ (row % 8) = 2kk ^ chunk (c is bit 0 and 2kk is even): one XOR with a constant
+// per step, and only four distinct values (2kk mod 8), whatever D is.
+struct LdsmLane {
+  const __half* row;
+  int chunk;
+};
+template <class C>
+__device__ __forceinline__ LdsmLane ldsm_lane(const __half* tile, int row, int col) {
+  const int chunk = col >> 3;
+  return {tile + row * C::kStride, C::kSwizzled ? chunk ^ (row & 7) : chunk};
+}
+template <class C>
+__device__ __forceinline__ const __half* ldsm_at(const LdsmLane& l, int rows_down, int cols_right) {
+  const int step_chunk = cols_right >> 3;  // compile-time and even: cols_right is 16·kk
+  const __half* row = l.row + rows_down * C::kStride;
+  if constexpr (C::kSwizzled)
+    return row + ((step_chunk & ~7) << 3) + (((step_chunk & 7) ^ l.chunk) << 3);
+  else
+    return row + ((step_chunk + l.chunk) << 3);
+}
+
+// ---- S = Q Kᵀ for the warp's 32 rows × kBlockN keys -------------------------------------------
+template <class C>
+__device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
+                                        const std::uint32_t (&q_frag)[C::kMTiles][C::kDSteps][4],
+                                        const LdsmLane& q_lane, const LdsmLane& k_lane) {
+#pragma unroll
+  for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::kSTiles; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
+
+#pragma unroll(C::kQInRegisters ? C::kDSteps : 2)
+  for (int kk = 0; kk < C::kDSteps; ++kk) {
+    std::uint32_t a[C::kMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < C::kMTiles; ++mi) {
+      if constexpr (C::kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[mi][r] = q_frag[mi][kk][r];
+      } else {
+        ptx::ldmatrix_x4(a[mi], ldsm_at<C>(q_lane, mi * 16, kk * 16));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < C::kSTiles / 2; ++np) {  // two n8 tiles of keys per ldmatrix.x4
+      std::uint32_t b[4];
+      ptx::ldmatrix_x4(b, ldsm_at<C>(k_lane, np * 16, kk * 16));
+      const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < C::kMTiles; ++mi) {
+        ptx::mma_m16n8k16_f32(s[mi][2 * np], a[mi], b_lo);
+        ptx::mma_m16n8k16_f32(s[mi][2 * np + 1], a[mi], b_hi);
+      }
+    }
+  }
+}
+
+// ---- Element mask: ragged last block and the causal diagonal (as in step 05) ------------------
+template <class C, bool kCausal>
+__device__ __forceinline__ void apply_mask(float (&s)[C::kMTiles][C::kSTiles][4], int warp_row0,
+                                           int kv_start, int n, int g, int t) {
+#pragma unroll
+  for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row0 + mi * 16 + g + 8 * h;
+      const int key_end = kCausal ? min(n, row + 1) : n;  // keys < key_end are visible
+      const int visible = key_end - kv_start - 2 * t;
+#pragma unroll
+      for (int ni = 0; ni < C::kSTiles; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (8 * ni + e >= visible) s[mi][ni][2 * h + e] = -INFINITY;
+    }
+}
+
+// ---- Online softmax on the S fragment, in place (as in step 05) -------------------------------
+// Iterating backwards makes the −inf guard load-bearing: the first block a warp processes is a
+// diagonal block, where rows above its first key have seen nothing yet and have max −inf.
+template <class C>
+__device__ __forceinline__ void online_softmax(float (&s)[C::kMTiles][C::kSTiles][4],
+                                               float (&row_max)[C::kMTiles][2],
+                                               float (&row_sum)[C::kMTiles][2],
+                                               float (&acc_o)[C::kMTiles][C::kOTiles][4],
+                                               float scale_log2) {
+#pragma unroll
+  for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = row_max[mi][h];
+#pragma unroll
+      for (int ni = 0; ni < C::kSTiles; ++ni)
+        m = fmaxf(m, fmaxf(s[mi][ni][2 * h], s[mi][ni][2 * h + 1]));
+      m = frag::quad_max(m);
+
+      const float m_scaled = (m == -INFINITY) ? 0.f : m * scale_log2;
+      const float rescale = ptx::exp2_approx(row_max[mi][h] * scale_log2 - m_scaled);
+      row_max[mi][h] = m;
+      row_sum[mi][h] *= rescale;
+#pragma unroll
+      for (int nd = 0; nd < C::kOTiles; ++nd) {
+        acc_o[mi][nd][2 * h] *= rescale;
+        acc_o[mi][nd][2 * h + 1] *= rescale;
+      }
+      float pair_sum[C::kSTiles];
+#pragma unroll
+      for (int ni = 0; ni < C::kSTiles; ++ni) {
+        const float p0 = ptx::exp2_approx(fmaf(s[mi][ni][2 * h], scale_log2, -m_scaled));
+        const float p1 = ptx::exp2_approx(fmaf(s[mi][ni][2 * h + 1], scale_log2, -m_scaled));
+        s[mi][ni][2 * h] = p0;
+        s[mi][ni][2 * h + 1] = p1;
+        pair_sum[ni] = p0 + p1;
+      }
+#pragma unroll
+      for (int stride = 1; stride < C::kSTiles; stride *= 2)
+#pragma unroll
+        for (int ni = 0; ni + stride < C::kSTiles; ni += 2 * stride)
+          pair_sum[ni] += pair_sum[ni + stride];
+      row_sum[mi][h] += pair_sum[0];
+    }
+}
+
+// ---- O += P V (as in step 05) -----------------------------------------------------------------
+template <class C>
+__device__ __forceinline__ void gemm_pv(float (&acc_o)[C::kMTiles][C::kOTiles][4],
+                                        const float (&p)[C::kMTiles][C::kSTiles][4],
+                                        const LdsmLane& v_lane) {
+#pragma unroll
+  for (int kk = 0; kk < C::kKeySteps; ++kk) {
+    std::uint32_t a[C::kMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < C::kMTiles; ++mi) {
+      a[mi][0] = ptx::pack_half2(p[mi][2 * kk][0], p[mi][2 * kk][1]);
+      a[mi][1] = ptx::pack_half2(p[mi][2 * kk][2], p[mi][2 * kk][3]);
+      a[mi][2] = ptx::pack_half2(p[mi][2 * kk + 1][0], p[mi][2 * kk + 1][1]);
+      a[mi][3] = ptx::pack_half2(p[mi][2 * kk + 1][2], p[mi][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dp = 0; dp < C::kOTiles / 2; ++dp) {  // two n8 tiles of head dims per ldmatrix.x4
+      std::uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, ldsm_at<C>(v_lane, kk * 16, dp * 16));
+      const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < C::kMTiles; ++mi) {
+        ptx::mma_m16n8k16_f32(acc_o[mi][2 * dp], a[mi], b_lo);
+        ptx::mma_m16n8k16_f32(acc_o[mi][2 * dp + 1], a[mi], b_hi);
+      }
+    }
+  }
+}
+
+// ---- The kernel -------------------------------------------------------------------------------
+// grid (ceil(N / kBlockM), B·H), or with kHeavyFirst and causal (B·H, ceil(N / kBlockM)) with
+// the query blocks numbered from the end: a causal CTA's work grows with its query block, the
+// hardware starts CTAs roughly in launch order, and starting the longest ones first keeps the
+// last wave from being a few long CTAs on an otherwise idle GPU.
+template <class C, bool kCausal>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
+    fa_v2_2_kernel(const __half* __restrict__ q, const __half* __restrict__ k,
+                   const __half* __restrict__ v, __half* __restrict__ o, float* __restrict__ lse,
+                   int n, float scale_log2, float softmax_scale) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __half* s_q = reinterpret_cast<__half*>(smem_raw);  // [kBlockM][kStride]
+  __half* s_k = s_q + C::kQElems;                     // [kStages][kBlockN][kStride]
+  __half* s_v = s_k + C::kStages * C::kKVElems;       // [kStages][kBlockN][kStride]
+
+  const int tid = threadIdx.x;
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  const int g = frag::group_of(lane);
+  const int t = frag::thread_in_group(lane);
+
+  constexpr bool kHeavyOrder = kCausal && C::kHeavy;
+  const int m_block = kHeavyOrder ? int(gridDim.y - 1 - blockIdx.y) : int(blockIdx.x);
+  const int bh = kHeavyOrder ? int(blockIdx.x) : int(blockIdx.y);
+  const int q_start = m_block * C::kBlockM;
+  const int warp_row0 = q_start + warp * C::kRowsPerWarp;
+  const int warp_row_last = warp_row0 + C::kRowsPerWarp - 1;
+  const std::int64_t head = std::int64_t(bh) * n * C::kHeadDim;
+
+  const int kv_end = kCausal ? min(n, q_start + C::kBlockM) : n;
+  const int n_blocks = ceil_div(kv_end, C::kBlockN);
+  // Blocks [0, n_full) need no mask at all: they end at or before N and, when causal, at or
+  // before the CTA's first row (Bc divides Br, so q_start / Bc is exact). The rest, the
+  // n_masked highest blocks, are exactly the ones a backward loop meets first.
+  const int n_full = kCausal ? min(n / C::kBlockN, q_start / C::kBlockN) : n / C::kBlockN;
+  const int n_masked = n_blocks - n_full;
+
+  // Prologue: Q, then the LAST K/V block (the only one that can be ragged, so the only checked
+  // load of K and V).
+  const int last = n_blocks - 1;
+  const std::int64_t last_offset = head + std::int64_t(last) * C::kBlockN * C::kHeadDim;
+  load_tile<C, C::kBlockM, true>(s_q, q + head + std::int64_t(q_start) * C::kHeadDim,
+                                 n - q_start, tid);
+  ptx::cp_async_commit();
+  load_tile<C, C::kBlockN, true>(s_k + (last & 1) * C::kKVElems, k + last_offset,
+                                 n - last * C::kBlockN, tid);
+  load_tile<C, C::kBlockN, true>(s_v + (last & 1) * C::kKVElems, v + last_offset,
+                                 n - last * C::kBlockN, tid);
+  ptx::cp_async_commit();
+
+  // This lane's ldmatrix rows: A map for Q and V, B map for K.
+  const LdsmLane q_lane = ldsm_lane<C>(s_q, warp * C::kRowsPerWarp + frag::ldsm_a_row(lane),
+                                       frag::ldsm_a_col(lane));
+  // K and V: the same for every stage but for the stage's base address.
+  const LdsmLane k_lane0 = ldsm_lane<C>(s_k, frag::ldsm_b_row(lane), frag::ldsm_b_col(lane));
+  const LdsmLane v_lane0 = ldsm_lane<C>(s_v, frag::ldsm_a_row(lane), frag::ldsm_a_col(lane));
+
+  std::uint32_t q_frag[C::kMTiles][C::kDSteps][4];
+  if constexpr (C::kQInRegisters) {
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+      for (int kk = 0; kk < C::kDSteps; ++kk)
+        ptx::ldmatrix_x4(q_frag[mi][kk], ldsm_at<C>(q_lane, mi * 16, kk * 16));
+  }
+
+  float acc_o[C::kMTiles][C::kOTiles][4];
+  float row_max[C::kMTiles][2];
+  float row_sum[C::kMTiles][2];
+#pragma unroll
+  for (int mi = 0; mi < C::kMTiles; ++mi) {
+#pragma unroll
+    for (int nd = 0; nd < C::kOTiles; ++nd)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc_o[mi][nd][c] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_max[mi][h] = -INFINITY;
+      row_sum[mi][h] = 0.f;
+    }
+  }
+
+  // One K/V block. `masked` (std::true_type / std::false_type) selects at compile time whether
+  // the body may contain mask code; the steady-state loop instantiates it without.
+  auto process_block = [&](int block, auto masked) {
+    const int stage = block & 1;
+    const int kv_start = block * C::kBlockN;
+
+    // Same pipeline as step 05, walking down: the next block is block − 1, never ragged.
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    if (block > 0) {
+      const std::int64_t next = head + std::int64_t(kv_start - C::kBlockN) * C::kHeadDim;
+      load_tile<C, C::kBlockN, false>(s_k + (stage ^ 1) * C::kKVElems, k + next, C::kBlockN, tid);
+      load_tile<C, C::kBlockN, false>(s_v + (stage ^ 1) * C::kKVElems, v + next, C::kBlockN, tid);
+      ptx::cp_async_commit();
+    }
+
+    // The block's S tiles, upper keys first like the blocks themselves. Not unrolled: ptxas
+    // would overlap one tile's Q Kᵀ with the previous tile's P V, which is exactly the register
+    // pressure the split is there to avoid.
+#pragma unroll 1
+    for (int sub = C::kSubBlocks - 1; sub >= 0; --sub) {
+      const int sub_start = kv_start + sub * C::kComputeN;
+      if constexpr (decltype(masked)::value) {
+        // Nothing to add: keys all past N (a ragged block's upper tiles), or, causal, a warp
+        // whose last row is above the tile's first key. The barrier and the loads above are
+        // collective and already done, so skipping is safe.
+        if (sub_start >= n) continue;
+        if (kCausal && sub_start > warp_row_last) continue;
+      }
+      const int tile_offset = stage * C::kKVElems + sub * C::kComputeN * C::kStride;
+      const LdsmLane k_lane{k_lane0.row + tile_offset, k_lane0.chunk};
+      const LdsmLane v_lane{v_lane0.row + tile_offset, v_lane0.chunk};
+      float s[C::kMTiles][C::kSTiles][4];
+      gemm_qk<C>(s, q_frag, q_lane, k_lane);
+      if constexpr (decltype(masked)::value) {
+        const bool ragged = sub_start + C::kComputeN > n;
+        const bool diagonal = kCausal && sub_start + C::kComputeN - 1 > warp_row0;
+        if (ragged || diagonal) apply_mask<C, kCausal>(s, warp_row0, sub_start, n, g, t);
+      }
+      online_softmax<C>(s, row_max, row_sum, acc_o, scale_log2);
+      gemm_pv<C>(acc_o, s, v_lane);
+    }
+  };
+
+  int block = n_blocks - 1;
+  for (int i = 0; i < n_masked; ++i, --block) process_block(block, std::true_type{});
+  for (; block >= 0; --block) process_block(block, std::false_type{});
+
+  // ---- Epilogue ----
+  // Finish the deferred row sums. Every stored row has l >= 1 here (key 0 is visible to every
+  // row, causal or not, and the row's max element contributes exp2(0)), but FA2 guards anyway:
+  // with the lse variant a row with l == 0 or NaN gets O = 0 and lse = +inf.
+  float inv_sum[C::kMTiles][2];
+#pragma unroll
+  for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = frag::quad_sum(row_sum[mi][h]);
+      if constexpr (C::kWritesLse) {
+        const bool empty = !(l > 0.f);  // also true for NaN
+        inv_sum[mi][h] = empty ? 0.f : 1.f / l;
+        const int row = warp_row0 + mi * 16 + g + 8 * h;
+        if (t == 0 && row < n)  // the four lanes of the quad hold the same l
+          lse[std::int64_t(bh) * n + row] =
+              empty ? INFINITY : row_max[mi][h] * softmax_scale + logf(l);
+      } else {
+        inv_sum[mi][h] = 1.f / l;
+      }
+    }
+
+  __half* o_head = o + head;
+  if constexpr (!C::kSmemEpi) {
+    // Step 05's store: 4 bytes per lane straight from the accumulator.
+#pragma unroll
+    for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_row0 + mi * 16 + g + 8 * h;
+        if (row < n) {
+          __half* dst = o_head + std::int64_t(row) * C::kHeadDim + 2 * t;
+#pragma unroll
+          for (int nd = 0; nd < C::kOTiles; ++nd)
+            *reinterpret_cast<__half2*>(dst + nd * 8) =
+                __floats2half2_rn(acc_o[mi][nd][2 * h] * inv_sum[mi][h],
+                                  acc_o[mi][nd][2 * h + 1] * inv_sum[mi][h]);
+        }
+      }
+  } else {
+    // Stage the warp's 32 rows of O in the warp's own 32 rows of the Q tile: no other warp ever
+    // reads them, and this warp's last read of Q (its last S = Q Kᵀ, or the fragment load when
+    // Q lives in registers) is behind it, so a __syncwarp is the only barrier needed. The
+    // fragment writes are conflict-free in either layout: 8 rows (g) × 4 lanes (t) of 4 bytes
+    // at one logical chunk fall in 8 different bank groups.
+#pragma unroll
+    for (int mi = 0; mi < C::kMTiles; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * C::kRowsPerWarp + mi * 16 + g + 8 * h;  // row % 8 == g
+        __half* dst = s_q + row * C::kStride;
+#pragma unroll
+        for (int nd = 0; nd < C::kOTiles; ++nd)
+          *reinterpret_cast<__half2*>(dst + C::col(nd * 8 + 2 * t, g)) =
+              __floats2half2_rn(acc_o[mi][nd][2 * h] * inv_sum[mi][h],
+                                acc_o[mi][nd][2 * h + 1] * inv_sum[mi][h]);
+      }
+    __syncwarp();
+    // Read it back row-major: consecutive lanes take consecutive 16-byte chunks of a row, so a
+    // warp store writes whole rows (4 rows of 128 bytes at D = 64, 2 of 256 at D = 128).
+    constexpr int kRowsPerPass = kWarpSize / C::kChunksPerRow;
+    const int chunk = lane % C::kChunksPerRow;
+#pragma unroll
+    for (int pass = 0; pass < C::kRowsPerWarp / kRowsPerPass; ++pass) {
+      const int local = pass * kRowsPerPass + lane / C::kChunksPerRow;
+      const int row = warp_row0 + local;
+      const uint4 chunk_data = *reinterpret_cast<const uint4*>(
+          s_q + C::offset(warp * C::kRowsPerWarp + local, chunk * 8));
+      if (row < n)
+        *reinterpret_cast<uint4*>(o_head + std::int64_t(row) * C::kHeadDim + chunk * 8) =
+            chunk_data;
+    }
+  }
+}
+
+// ---- Host side --------------------------------------------------------------------------------
+template <class C, bool kCausal>
+void launch_config(const AttentionArgs& a, cudaStream_t stream) {
+  const auto& sh = a.shape;
+  auto* kernel = fa_v2_2_kernel<C, kCausal>;
+  if constexpr (C::kSmemBytes > kDefaultDynamicSmem)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(C::kSmemBytes)));
+  const int m_blocks = ceil_div(sh.seqlen, C::kBlockM);
+  const int bh = sh.batch * sh.heads;
+  const dim3 grid = (kCausal && C::kHeavy) ? dim3(bh, m_blocks) : dim3(m_blocks, bh);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.q, a.k, a.v, a.o, a.lse, sh.seqlen,
+                                                       a.softmax_scale * kLog2e, a.softmax_scale);
+  CUDA_CHECK_LAUNCH("fa_v2_2_kernel");
+}
+
+template <class C64, class C128>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  const bool causal = a.shape.causal;
+  switch (a.shape.head_dim) {
+    case 64:
+      return causal ? launch_config<C64, true>(a, stream) : launch_config<C64, false>(a, stream);
+    case 128:
+      return causal ? launch_config<C128, true>(a, stream) : launch_config<C128, false>(a, stream);
+    default:
+      throw std::invalid_argument(
+          ladder::strprintf("fa_v2_2: head_dim %d not instantiated", a.shape.head_dim));
+  }
+}
+
+template <class C>
+std::vector<ladder::KernelInfo> kernel_pair() {
+  const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s>", C::kHeadDim, C::kBlockN,
+                                      C::kComputeN, C::kQInRegisters ? ",Q in regs" : "");
+  return {
+      {name, reinterpret_cast<const void*>(fa_v2_2_kernel<C, false>), C::kThreads, C::kSmemBytes},
+      {name + " causal", reinterpret_cast<const void*>(fa_v2_2_kernel<C, true>), C::kThreads,
+       C::kSmemBytes},
+  };
+}
+
+template <class C64, class C128>
+ladder::Variant make_variant(const char* name, const char* description) {
+  static_assert(C64::kHeadDim == 64 && C128::kHeadDim == 128);
+  auto v = ladder::attention_variant(name, description, launch<C64, C128>);
+  v.constraints.min_sm = 80;  // cp.async, ldmatrix, mma.sync.m16n8k16
+  v.constraints.head_dims = {64, 128};
+  v.writes_lse = C64::kWritesLse;
+  v.kernels = [](int head_dim) {
+    return head_dim == 128 ? kernel_pair<C128>() : kernel_pair<C64>();
+  };
+  return v;
+}
+
+// ---- The ablation, one variant per idea, each on top of the previous ---------------------------
+// The step starts from step 05's best key block. Set to 32 if 05/bc32 measures faster than
+// 05/bc64 on the target GPU (and change improves_on below).
+constexpr int kBlockNFrom05 = 64;
+
+constexpr unsigned kFeaturesSwizzle = kSwizzle;
+constexpr unsigned kFeaturesSmemEpilogue = kFeaturesSwizzle | kSmemEpilogue;
+constexpr unsigned kFeaturesLse = kFeaturesSmemEpilogue | kLse;
+constexpr unsigned kFeaturesH200 = kFeaturesLse | kHeavyFirst;
+
+// reverse .. lse: step 05's tiles. D = 128 keeps step 05's pipeline block (64 keys) but
+// computes it as two S tiles of 32 keys: O (128 fp32) + S at 64 keys (64 fp32) sits at 255
+// registers, and step 05 only fit by luck of scheduling; with the two loop bodies of the
+// reverse loop (and later the swizzle's address registers) ptxas spilled 50-120 bytes per
+// thread at 64. At 32 keys the kernels fit with no spill.
+template <unsigned kFeatures>
+using BaseD64 = Step05Tiles<64, kBlockNFrom05, kFeatures>;
+template <unsigned kFeatures>
+using BaseD128 = Config<128, 64, 32, false, 1, kFeatures>;
+
+// bc128: FA2's tile at D = 64 is 128 × 128 with 4 warps. S grows to 2 × 16 × 4 = 128 fp32 per
+// thread, so Q can no longer live in registers (32 + 64 + 128 > 160): it is re-read from shared
+// memory at every k16 step, as FA2 does at this size. At D = 128 a 128-key S tile (128 fp32)
+// next to the 128-fp32 O accumulator cannot fit in 255 registers at all: D = 128 keeps the
+// base tile (FA2 itself uses 128 × 64 there, which is our pipeline block).
+using Bc128D64 = Config<64, 128, 128, false, 1, kFeaturesLse>;
+using Bc128D128 = BaseD128<kFeaturesLse>;
+
+// h200 — a guess, to be measured. The H200 has 64K registers and 228 KB of shared memory per
+// SM. At these tiles registers, not shared memory, decide how many warps share an SM: two CTAs
+// of 4 warps at ~240 registers (three would need <= 168, which spills once S, O and the
+// epilogue's staging are all in). With two CTAs per SM fixed, the knobs left are how often a
+// CTA stops at a barrier and what it keeps in registers:
+//   D = 64:  FA2's 128-key pipeline block (half the barriers and cp.async rounds of Bc = 64),
+//            computed as two 64-key S tiles so that Q stays in registers (no per-step Q
+//            ldmatrix, unlike bc128). 80 KB of shared memory: two CTAs fit with room to spare.
+//   D = 128: the base tile; a 128-key block would need 160 KB per CTA (one CTA per SM).
+//   Both:    heaviest causal CTAs first (see the kernel's grid comment).
+using H200D64 = Config<64, 128, 64, true, 1, kFeaturesH200>;
+using H200D128 = BaseD128<kFeaturesH200>;
+
+LADDER_REGISTER_STEP(([] {
+  ladder::Step step;
+  step.number = 6;
+  step.name = "fa_v2_2";
+  step.title = "FlashAttention v2.2: reverse loop, swizzle, staged epilogue, LSE, FA2 tiles";
+  step.track = "attention";
+  step.kind = ladder::Kind::Attention;
+  step.chapter = "docs/06_fa_v2_2.md";
+  step.improves_on = "05/bc64";
+  step.variants.push_back(make_variant<Bc128D64, Bc128D128>("a", "a"));
+  step.main_variant = 5;  // h200, until measured
+  return step;
+}()));
+
+}  // namespace
