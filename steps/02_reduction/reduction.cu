@@ -7,9 +7,9 @@
 //   atomic        every thread adds its element to *out: n atomics on one address, serialized
 //   smem_tree     a block adds its chunk through a tree in shared memory; the partials are summed
 //                 by the same kernel again until one value is left (no atomics)
-//   warp_shuffle  the tree inside a warp runs in registers (__shfl_down_sync); one atomic per warp
-//   two_level     a grid sized to the GPU, 16-byte loads, warp then block reduction, one partial
-//                 per block, and one final block for the partials
+//   warp_shuffle  the same, with the tree in registers (__shfl_down_sync) instead of shared memory
+//   two_level     a grid sized to the GPU: each thread first sums many elements with 16-byte loads,
+//                 so one pass leaves a few hundred partials, and one final block sums those
 //   cub           cub::DeviceReduce::Sum, the peer
 // The same block-level pattern (a warp shuffle tree, then a few values across warps) is how every
 // FlashAttention step reduces a row's maximum and sum.
@@ -77,10 +77,10 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0) partials[blockIdx.x] = sdata[0];
 }
 
-// ---- Kernel 3: a tree in registers, one atomic per warp -------------------------------------
+// ---- Kernel 3: the tree in registers ---------------------------------------------------------
 // __shfl_down_sync(mask, v, offset) hands every lane the v of the lane `offset` above it, so five
 // halving steps leave the warp's sum in lane 0: the same tree as kernel 2, without shared memory
-// and without a single barrier. The upper lanes end with partial garbage, which nobody reads.
+// and without a barrier per level. The upper lanes end with partial garbage, which nobody reads.
 __device__ float warp_reduce_sum(float v) {
 #pragma unroll
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
@@ -88,15 +88,8 @@ __device__ float warp_reduce_sum(float v) {
   return v;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    warp_shuffle_sum_kernel(const float* __restrict__ x, float* __restrict__ out, std::int64_t n) {
-  const std::int64_t i = global_thread();
-  const float v = warp_reduce_sum(i < n ? x[i] : 0.f);  // the whole warp shuffles, in range or not
-  if (threadIdx.x % kWarpSize == 0) atomicAdd(out, v);
-}
-
-// ---- Kernel 4: two levels, a grid sized to the GPU ------------------------------------------
-// Warp shuffles, then the kWarps warp sums through shared memory and one more shuffle in warp 0.
+// Two levels inside a block: warp shuffles, then the kWarps warp sums through shared memory and
+// one more shuffle in warp 0. One barrier in all, where kernel 2 needs one per level (eight).
 // The result is valid in thread 0 only.
 __device__ float block_reduce_sum(float v) {
   __shared__ float warp_sums[kWarps];
@@ -109,6 +102,18 @@ __device__ float block_reduce_sum(float v) {
   return v;
 }
 
+// Kernel 2 with its shared-memory tree replaced by block_reduce_sum, and nothing else changed:
+// one element per thread, one partial per block, repeated on the partials (no atomics).
+__global__ void __launch_bounds__(kThreads)
+    warp_shuffle_sum_kernel(const float* __restrict__ x, float* __restrict__ partials,
+                            std::int64_t n) {
+  const std::int64_t i = global_thread();
+  // The whole block shuffles, in range or not: a missing lane would break the full mask.
+  const float v = block_reduce_sum(i < n ? x[i] : 0.f);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v;
+}
+
+// ---- Kernel 4: a grid sized to the GPU -------------------------------------------------------
 // Each thread first sums many elements in a register, walking x with a stride of the whole grid
 // (so a warp's loads are always consecutive), 16 bytes per load: a few blocks per SM are enough to
 // keep device memory busy, and there are only as many partials as blocks. The partials are
@@ -168,7 +173,10 @@ std::size_t tree_workspace(std::int64_t n) {
   return std::size_t(first + blocks_for(first)) * sizeof(float);
 }
 
-void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
+using PartialsKernel = void (*)(const float*, float*, std::int64_t);
+
+template <PartialsKernel kKernel>
+void launch_passes(const ReductionArgs& a, cudaStream_t stream, const char* name) {
   auto* ping = static_cast<float*>(a.workspace);
   float* const buffers[2] = {ping, ping + tree_first_buffer(a.shape.count)};
   const float* in = a.x;
@@ -176,19 +184,20 @@ void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
   for (int pass = 0;; ++pass) {
     const std::int64_t blocks = blocks_for(count);
     float* dst = blocks == 1 ? a.out : buffers[pass % 2];
-    tree_sum_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(in, dst, count);
-    CUDA_CHECK_LAUNCH("tree_sum_kernel");
+    kKernel<<<unsigned(blocks), kThreads, 0, stream>>>(in, dst, count);
+    ladder::check_cuda(cudaGetLastError(), name, __FILE__, __LINE__);
     if (blocks == 1) return;
     in = dst;
     count = blocks;
   }
 }
 
+void launch_tree(const ReductionArgs& a, cudaStream_t stream) {
+  launch_passes<tree_sum_kernel>(a, stream, "launch of tree_sum_kernel");
+}
+
 void launch_warp_shuffle(const ReductionArgs& a, cudaStream_t stream) {
-  const std::int64_t n = a.shape.count;
-  CUDA_CHECK(cudaMemsetAsync(a.out, 0, sizeof(float), stream));
-  warp_shuffle_sum_kernel<<<unsigned(blocks_for(n)), kThreads, 0, stream>>>(a.x, a.out, n);
-  CUDA_CHECK_LAUNCH("warp_shuffle_sum_kernel");
+  launch_passes<warp_shuffle_sum_kernel>(a, stream, "launch of warp_shuffle_sum_kernel");
 }
 
 // A few resident blocks per SM keep enough loads in flight; more only adds partials. The grid is
@@ -251,6 +260,12 @@ std::string grouped(double value) {
   return digits;
 }
 
+int tree_passes(std::int64_t n) {
+  int passes = 1;
+  for (std::int64_t count = n; blocks_for(count) > 1; count = blocks_for(count)) ++passes;
+  return passes;
+}
+
 std::vector<std::string> ledger(const ladder::AttentionShape*, const ladder::MatmulShape*,
                                 const ladder::ReductionShape* s) {
   const double n = double(s->count);
@@ -258,9 +273,9 @@ std::vector<std::string> ledger(const ladder::AttentionShape*, const ladder::Mat
       ladder::strprintf("bytes read: 4·n = %.4g GB (every variant reads x once and writes one "
                         "float; smem_tree's partials add under 1%%)",
                         4.0 * n / 1e9),
-      ladder::strprintf("atomics on *out: atomic %s (one per element), warp_shuffle %s (one per "
-                        "warp), the others none",
-                        grouped(n).c_str(), grouped(std::ceil(n / kWarpSize)).c_str()),
+      ladder::strprintf("atomics on *out: atomic %s (one per element), the others none; launches: "
+                        "smem_tree and warp_shuffle %d (one per level of partials), two_level %d",
+                        grouped(n).c_str(), tree_passes(s->count), n > kThreads * kVector ? 2 : 1),
       "the ceiling: GB/s is compared with a device-to-device copy timed in the same run (the "
       "copy row)",
   };
@@ -287,7 +302,7 @@ LADDER_REGISTER_STEP(([] {
   step.notes = ledger;
 
   // Float addition is not associative, and the order in which atomics reach *out changes from run
-  // to run, so the last bits of the sum do too: the atomic variants are not deterministic.
+  // to run, so the last bits of the sum do too: the atomic variant is not deterministic.
   auto atomic = make_variant(
       "atomic", "one atomicAdd per element into *out", launch_atomic,
       {info("atomic_sum_kernel", reinterpret_cast<const void*>(atomic_sum_kernel))});
@@ -299,12 +314,14 @@ LADDER_REGISTER_STEP(([] {
       launch_tree, {info("tree_sum_kernel", reinterpret_cast<const void*>(tree_sum_kernel))});
   tree.workspace = [](const ladder::AttentionShape*, const ladder::MatmulShape*,
                       const ladder::ReductionShape* s) { return tree_workspace(s->count); };
+  const auto tree_workspace_fn = tree.workspace;
   step.variants.push_back(std::move(tree));
 
   auto shuffle = make_variant(
-      "warp_shuffle", "__shfl_down_sync tree per warp, one atomicAdd per warp", launch_warp_shuffle,
+      "warp_shuffle", "warp-shuffle tree per block (one barrier), repeated on the partials",
+      launch_warp_shuffle,
       {info("warp_shuffle_sum_kernel", reinterpret_cast<const void*>(warp_shuffle_sum_kernel))});
-  shuffle.deterministic = false;
+  shuffle.workspace = tree_workspace_fn;
   step.variants.push_back(std::move(shuffle));
 
   auto two_level = make_variant(

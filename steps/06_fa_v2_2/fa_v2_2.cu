@@ -175,7 +175,12 @@ __device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
 #pragma unroll
       for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
 
-#pragma unroll
+  // With Q in shared memory the k16 loop is unrolled by two only: fully unrolled, ptxas hoists
+  // the Q and K fragments of several steps ahead of their mma and runs out of registers
+  // (bc128 spilled 36-120 bytes per thread); two steps in flight still hide the ldmatrix
+  // latency behind 4·kSTiles mma. q_frag is indexed by kk only when Q is in registers, where
+  // the loop is fully unrolled.
+#pragma unroll(C::kQInRegisters ? C::kDSteps : 2)
   for (int kk = 0; kk < C::kDSteps; ++kk) {
     std::uint32_t a[C::kMTiles][4];
 #pragma unroll
