@@ -50,7 +50,8 @@ constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel m
 // 224 or 256 registers before a single temporary, so Q stays in shared memory and each k16 step of
 // Q Kᵀ reloads its two A fragments (two more ldmatrix.x4 per step, against 2·Bc/8 mma): the
 // alternative, 16 rows per warp (kBlockM = 64), would halve the reuse of every K and V
-// fragment and of every K/V tile brought into the CTA.
+// fragment and of every K/V tile brought into the CTA. Even so, D = 128 with Bc = 64 uses all
+// 255 registers (no spill, but no margin: step 06 has to shrink its S tile).
 template <int kHeadDim_, int kBlockN_>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;

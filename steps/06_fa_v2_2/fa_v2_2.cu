@@ -110,7 +110,7 @@ using Step05Tiles = Config<kHeadDim, kBlockN, kBlockN,
                            (kHeadDim == 64 && kBlockN == 32) ? 3 : 1, kFeatures>;
 
 // ---- Global -> shared: one tile of rows, 16 bytes per cp.async --------------------------------
-// As in step 05, plus two things. The destination follows the layout (padded or swizzled): a
+// As in step 05 (zero-filled rows past N take row 0 as their source address), plus two things. The destination follows the layout (padded or swizzled): a
 // thread's chunk and its row modulo 8 never change between passes (kRowsPerPass is a multiple
 // of 8), so the swizzled column is computed once. And the bounds check is a template
 // parameter: iterating backwards, only the first block loaded (the prologue's) can be ragged.
@@ -155,7 +155,7 @@ __device__ __forceinline__ LdsmLane ldsm_lane(const __half* tile, int row, int c
 }
 template <class C>
 __device__ __forceinline__ const __half* ldsm_at(const LdsmLane& l, int rows_down, int cols_right) {
-  const int step_chunk = cols_right >> 3;  // compile-time and even: cols_right is 16·kk
+  const int step_chunk = cols_right >> 3;  // even: cols_right is a multiple of 16
   const __half* row = l.row + rows_down * C::kStride;
   if constexpr (C::kSwizzled)
     return row + ((step_chunk & ~7) << 3) + (((step_chunk & 7) ^ l.chunk) << 3);
@@ -163,7 +163,7 @@ __device__ __forceinline__ const __half* ldsm_at(const LdsmLane& l, int rows_dow
     return row + ((step_chunk + l.chunk) << 3);
 }
 
-// ---- S = Q Kᵀ for the warp's 32 rows × kBlockN keys -------------------------------------------
+// ---- S = Q Kᵀ for the warp's 32 rows × kComputeN keys -----------------------------------------
 template <class C>
 __device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
                                         const std::uint32_t (&q_frag)[C::kMTiles][C::kDSteps][4],
@@ -571,7 +571,9 @@ constexpr unsigned kFeaturesSmemEpilogue = kFeaturesSwizzle | kSmemEpilogue;
 constexpr unsigned kFeaturesLse = kFeaturesSmemEpilogue | kLse;
 constexpr unsigned kFeaturesH200 = kFeaturesLse | kHeavyFirst;
 
-// reverse .. lse: step 05's tiles. D = 128 keeps step 05's pipeline block (64 keys) but
+// reverse .. lse: step 05's tiles. (With kBlockNFrom05 = 32, D = 64 keeps step 05's 3-CTA
+// bound of 168 registers, which the later features push into small spills: check ptxas.)
+// D = 128 keeps step 05's pipeline block (64 keys) but
 // computes it as two S tiles of 32 keys: O (128 fp32) + S at 64 keys (64 fp32) sits at 255
 // registers, and step 05 only fit by luck of scheduling; with the two loop bodies of the
 // reverse loop (and later the swizzle's address registers) ptxas spilled 50-120 bytes per

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Regenerates the measured tables in docs/ from the results JSON under docs/results/.
+
+A chapter asks for a table with a marker pair; everything between them is replaced:
+
+    <!-- table: ladder FILE [ids=00/naive,03/] -->
+    ...generated...
+    <!-- end table -->
+
+    <!-- table: resources FILE [ids=...] -->          registers, spills, shared memory, occupancy
+    <!-- table: bench FILE[,FILE...] peers=FILE d=64 causal=0 [ids=...] -->
+        TFLOP/s per N for each variant, with the peers and the ratio to PyTorch's flash backend
+
+FILE paths are relative to docs/. `ids` keeps rows whose id starts with one of the prefixes.
+    python3 scripts/make_tables.py          # rewrite the chapters
+    python3 scripts/make_tables.py --check  # exit 1 if a chapter is out of date (a CPU test)
+"""
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+MARKER = re.compile(r"(<!-- table: (.*?) -->\n)(.*?)(<!-- end table -->)", re.S)
+
+
+def load(path):
+    return json.loads((DOCS / path).read_text())
+
+
+def keep(row_id, prefixes):
+    return not prefixes or any(row_id.startswith(p) for p in prefixes)
+
+
+def fmt_ms(x):
+    return f"{x:.3f}" if x >= 1 else f"{x:.4f}"
+
+
+def provenance_line(data):
+    p = data["provenance"]
+    g = p["gpu"]
+    clock = f", SM clock {g['sm_clock_mhz']} MHz at start" if g.get("sm_clock_mhz") else ""
+    return (f"*{g['name']}, driver {g.get('driver_version', '?')}, CUDA {g['cuda_runtime'] // 1000}."
+            f"{g['cuda_runtime'] % 1000 // 10}{clock}; commit `{p['git_commit']}`, {p['date'][:10]}; "
+            f"`{p['command_line'].split('/')[-1]}`.*")
+
+
+def ladder_table(spec):
+    data = load(spec["file"])
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    out = []
+    for run in data["runs"]:
+        rows = [r for r in run["rows"] if keep(r["id"], prefixes) or r.get("ceiling") and run["kind"] == "reduction"]
+        if not any(keep(r["id"], prefixes) for r in rows):
+            continue
+        bandwidth = run["kind"] == "reduction"
+        out.append(f"**{run['kind']} {run['shape_text']}**\n")
+        out.append(f"| id | median ms (p20–p80) | {'GB/s' if bandwidth else 'TFLOP/s'} | max error | "
+                   "tolerance | vs | speed-up | max abs diff | rerun |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            name = r["id"] + (" (peer)" if r.get("peer") else "") + (" (ceiling)" if r.get("ceiling") else "")
+            if "median_ms" not in r:
+                out.append(f"| {name} | {r['status']}: {r['note']} | | | | | | | |")
+                continue
+            rate = r["gbps"] if bandwidth else r["tflops"]
+            err = r.get("error", {})
+            speed = ""
+            if "speedup_vs_baseline" in r:
+                speed = "same" if r.get("same_speed_as_baseline") else f"{r['speedup_vs_baseline']:.2f}×"
+            diff = r.get("max_abs_diff_vs_baseline")
+            rerun = {True: "identical", False: "differs"}.get(r.get("rerun_identical"), "")
+            out.append(
+                f"| {name} | {fmt_ms(r['median_ms'])} ({fmt_ms(r['p20_ms'])}–{fmt_ms(r['p80_ms'])}) | "
+                f"{rate:.1f} | {err.get('max_abs', 0) or 0:.2e} | {err.get('tolerance', 0) or 0:.2e} | "
+                f"{r.get('baseline', '') if 'speedup_vs_baseline' in r else ''} | {speed} | "
+                f"{'' if diff is None else f'{diff:.2e}'} | {rerun} |")
+        out.append("")
+    out.append(provenance_line(data))
+    return "\n".join(out) + "\n"
+
+
+def resources_table(spec):
+    data = load(spec["file"])
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    seen = set()
+    out = ["| id | D | kernel | threads | registers | spill bytes | shared memory (static + dynamic) | blocks/SM | occupancy |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for run in data["runs"]:
+        d = run["shape"].get("head_dim", "")
+        for r in run["rows"]:
+            if not keep(r["id"], prefixes):
+                continue
+            for k in r.get("kernels", []):
+                key = (r["id"], d, k["name"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                smem = k["static_smem"] + k["dynamic_smem"]
+                out.append(f"| {r['id']} | {d} | `{k['name']}` | {k['threads']} | {k['registers']} | "
+                           f"{k['local_bytes']} | {smem:,} B | {k['blocks_per_sm']} | {100 * k['occupancy']:.0f}% |")
+    out.append("")
+    out.append(provenance_line(data))
+    return "\n".join(out) + "\n"
+
+
+def bench_table(spec):
+    files = spec["file"].split(",")
+    runs = []
+    for f in files:
+        data = load(f)
+        runs += [r for r in data["runs"] if r["kind"] == "attention"]
+    d = int(spec["d"])
+    causal = spec.get("causal", "0") in ("1", "true", "yes")
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    runs = [r for r in runs if r["shape"]["head_dim"] == d and r["shape"]["causal"] == causal]
+    runs.sort(key=lambda r: r["shape"]["seqlen"])
+    ns = [r["shape"]["seqlen"] for r in runs]
+    peers = {}
+    if "peers" in spec:
+        for p in load(spec["peers"])["rows"]:
+            if p["kind"] == "attention" and p["head_dim"] == d and p["causal"] == causal and "tflops" in p:
+                peers[(p["name"], p["seqlen"])] = p["tflops"]
+    ids = []
+    for r in runs:
+        for row in r["rows"]:
+            if keep(row["id"], prefixes) and row["id"] not in ids:
+                ids.append(row["id"])
+    shape = runs[0]["shape"] if runs else {}
+    head = f"B×H = {'16k tokens / N' if shape.get('batch', 0) * shape.get('seqlen', 0) == 16384 and len(set(r['shape']['batch'] for r in runs)) > 1 else shape.get('batch')} × {shape.get('heads')}"
+    out = [f"TFLOP/s, D={d}, {'causal' if causal else 'non-causal'}, {head}; in brackets the ratio to PyTorch's flash (FA2) backend in the same round.\n",
+           "| variant | " + " | ".join(f"N={n}" for n in ns) + " |",
+           "|---|" + "---|" * len(ns)]
+    for name in ("sdpa-flash", "sdpa-cudnn"):
+        if any((name, n) in peers for n in ns):
+            out.append(f"| {name} (peer) | " + " | ".join(f"{peers[(name, n)]:.1f}" if (name, n) in peers else "" for n in ns) + " |")
+    for i in ids:
+        cells = []
+        for r in runs:
+            row = next((x for x in r["rows"] if x["id"] == i), None)
+            if row is None or "tflops" not in row:
+                cells.append("—" if row is None else row["status"])
+                continue
+            flash = peers.get(("sdpa-flash", r["shape"]["seqlen"]))
+            bad = "" if row.get("error", {}).get("pass", True) else " FAIL"
+            cells.append(f"{row['tflops']:.1f}" + (f" ({row['tflops'] / flash:.2f}×)" if flash else "") + bad)
+        out.append(f"| {i} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append(provenance_line(load(files[0])))
+    return "\n".join(out) + "\n"
+
+
+def render(spec_text):
+    words = spec_text.split()
+    spec = {"type": words[0], "file": words[1]}
+    for w in words[2:]:
+        k, _, v = w.partition("=")
+        spec[k] = v
+    return {"ladder": ladder_table, "resources": resources_table, "bench": bench_table}[spec["type"]](spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    stale = []
+    for md in sorted(DOCS.glob("*.md")):
+        text = md.read_text()
+        new = MARKER.sub(lambda m: m.group(1) + render(m.group(2)) + m.group(4), text)
+        if new != text:
+            stale.append(md.name)
+            if not args.check:
+                md.write_text(new)
+    if args.check and stale:
+        print("out of date (run scripts/make_tables.py):", ", ".join(stale))
+        return 1
+    print(("checked" if args.check else "updated") + f": {len(stale)} chapter(s) {'stale' if args.check else 'rewritten'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
