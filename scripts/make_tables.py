@@ -33,8 +33,17 @@ def keep(row_id, prefixes):
     return not prefixes or any(row_id.startswith(p) for p in prefixes)
 
 
+def sci(err, key):
+    return "" if not err or err.get(key) is None else f"{err[key]:.2e}"
+
+
 def fmt_ms(x):
     return f"{x:.3f}" if x >= 1 else f"{x:.4f}"
+
+
+def short_command(command):
+    """The command line with directories dropped from paths (the binary's and the output's)."""
+    return " ".join(w.rsplit("/", 1)[-1] if "/" in w else w for w in command.split())
 
 
 def provenance_line(data):
@@ -43,7 +52,7 @@ def provenance_line(data):
     clock = f", SM clock {g['sm_clock_mhz']} MHz at start" if g.get("sm_clock_mhz") else ""
     return (f"*{g['name']}, driver {g.get('driver_version', '?')}, CUDA {g['cuda_runtime'] // 1000}."
             f"{g['cuda_runtime'] % 1000 // 10}{clock}; commit `{p['git_commit']}`, {p['date'][:10]}; "
-            f"`{p['command_line'].split('/')[-1]}`.*")
+            f"`{short_command(p['command_line'])}`.*")
 
 
 def ladder_table(spec):
@@ -73,7 +82,7 @@ def ladder_table(spec):
             rerun = {True: "identical", False: "differs"}.get(r.get("rerun_identical"), "")
             out.append(
                 f"| {name} | {fmt_ms(r['median_ms'])} ({fmt_ms(r['p20_ms'])}–{fmt_ms(r['p80_ms'])}) | "
-                f"{rate:.1f} | {err.get('max_abs', 0) or 0:.2e} | {err.get('tolerance', 0) or 0:.2e} | "
+                f"{rate:.1f} | {sci(err, 'max_abs')} | {sci(err, 'tolerance')} | "
                 f"{r.get('baseline', '') if 'speedup_vs_baseline' in r else ''} | {speed} | "
                 f"{'' if diff is None else f'{diff:.2e}'} | {rerun} |")
         out.append("")
