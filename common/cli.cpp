@@ -10,25 +10,33 @@
 namespace ladder {
 namespace {
 
-std::set<int> parse_step_list(const std::string& text) {
+// "3-6,9" -> {3, 4, 5, 6, 9}. Single numbers must name registered steps (`named`); a range
+// selects whichever registered steps fall inside it, so "4-99" means "4 and everything after".
+struct StepList {
   std::set<int> steps;
+  std::set<int> named;
+};
+
+StepList parse_step_list(const std::string& text) {
+  StepList list;
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
     try {
       const auto dash = part.find('-');
       if (dash == std::string::npos) {
-        steps.insert(std::stoi(part));
+        list.steps.insert(std::stoi(part));
+        list.named.insert(std::stoi(part));
       } else {
         const int lo = std::stoi(part.substr(0, dash)), hi = std::stoi(part.substr(dash + 1));
-        if (lo > hi) throw UsageError("");
-        for (int s = lo; s <= hi; ++s) steps.insert(s);
+        if (lo > hi || hi - lo > 1000) throw UsageError("");
+        for (int s = lo; s <= hi; ++s) list.steps.insert(s);
       }
     } catch (const std::exception&) {
       throw UsageError(fmt::format("--steps: cannot read '{}' (use e.g. 3-6 or 0,3,5)", part));
     }
   }
-  return steps;
+  return list;
 }
 
 // Sizes must be positive whole numbers; say so plainly (CLI11's own range message is unreadable).
@@ -161,8 +169,9 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
       throw UsageError(fmt::format("step {} is not registered in this executable", only_step));
     wanted.insert(only_step);
   } else if (!o.steps.empty()) {
-    wanted = parse_step_list(o.steps);
-    for (int s : wanted)
+    const StepList list = parse_step_list(o.steps);
+    wanted = list.steps;
+    for (int s : list.named)
       if (!registry.find(s)) throw UsageError(fmt::format("there is no step {} (see --list)", s));
   }
   if (!o.track.empty() &&

@@ -72,13 +72,13 @@ fi
 # D=128). The slow rungs (00 naive, 03 FA v1) only on the seed's grid.
 if has bench; then
   start=$SECONDS
-  "$bin/ladder" --track attention --steps 4-99 --b 4 --h 8 --d 64 --n 1024,2048,4096,8192 --mask both \
+  "$bin/ladder" --track attention --steps 4-99 --b 4 --heads 8 --d 64 --n 1024,2048,4096,8192 --mask both \
     --no-resources --json "$out/bench-d64.json" >"$logs/bench-d64.log" 2>&1
   note "bench d64: rc=$?"
-  "$bin/ladder" --track attention --steps 4-99 --tokens 16384 --h 16 --d 128 --n 1024,4096,8192,16384 \
+  "$bin/ladder" --track attention --steps 4-99 --tokens 16384 --heads 16 --d 128 --n 1024,4096,8192,16384 \
     --mask both --no-resources --json "$out/bench-d128.json" >"$logs/bench-d128.log" 2>&1
   note "bench d128: rc=$?"
-  "$bin/ladder" --steps 0,3 --b 4 --h 8 --d 64 --n 1024,2048,4096,8192 --mask both --min-reps 3 \
+  "$bin/ladder" --steps 0,3 --b 4 --heads 8 --d 64 --n 1024,2048,4096,8192 --mask both --min-reps 3 \
     --max-reps 5 --no-resources --json "$out/bench-slow.json" >"$logs/bench-slow.log" 2>&1
   note "bench slow rungs: rc=$?"
   note "bench total $((SECONDS - start)) s"

@@ -33,7 +33,7 @@ profile() {  # profile EXE VARIANT D CAUSAL
     "$bin/$exe" --b 4 --heads 8 --n 4096 --d "$d" --mask "$mask" --variant "$variant" --no-time --no-check \
     --no-resources >"/tmp/ncu.$$" 2>&1
   local rc=$?
-  grep -E '^"' "/tmp/ncu.$$" | sed "s/^/\"$(basename "$exe")\",\"$variant\",\"$d\",\"$mask\",/" >>"$csv"
+  grep -E '^"' "/tmp/ncu.$$" | awk -v prefix="\"$exe\",\"$variant\",\"$d\",\"$mask\"," '{print prefix $0}' >>"$csv"
   [ $rc -eq 0 ] || { echo "ncu failed (rc=$rc):"; tail -5 "/tmp/ncu.$$"; }
   rm -f "/tmp/ncu.$$"
 }

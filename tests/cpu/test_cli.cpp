@@ -75,6 +75,11 @@ TEST_CASE("step selection", "[cli][registry]") {
   o = parse({"--variant", "no_such_variant"});
   CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
 
+  o = parse({"--steps", "4-99"});  // a range selects the registered steps inside it
+  for (const auto& ref : select_variants(registry, *o.options, -1)) CHECK(ref.step->number >= 4);
+  o = parse({"--steps", "90-99"});
+  CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);  // matches nothing
+
   o = parse({"--variant", "00/naive"});
   const auto one = select_variants(registry, *o.options, -1);
   REQUIRE(one.size() == 1);
