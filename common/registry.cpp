@@ -7,10 +7,16 @@
 
 namespace ladder {
 
+namespace {
+std::optional<std::string> refuse_arch(int min_sm, int sm) {
+  if (sm >= min_sm) return std::nullopt;
+  return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
+                     min_sm % 10, sm / 10, sm % 10);
+}
+}  // namespace
+
 std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) const {
-  if (sm < min_sm)
-    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
-                       min_sm % 10, sm / 10, sm % 10);
+  if (auto why = refuse_arch(min_sm, sm)) return why;
   if (!head_dims.empty() &&
       std::find(head_dims.begin(), head_dims.end(), s.head_dim) == head_dims.end())
     return fmt::format("supports D in {{{}}} only (asked for D={})", fmt::join(head_dims, ", "),
@@ -21,17 +27,11 @@ std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) 
 }
 
 std::optional<std::string> Constraints::refuse(const MatmulShape&, int sm) const {
-  if (sm < min_sm)
-    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
-                       min_sm % 10, sm / 10, sm % 10);
-  return std::nullopt;
+  return refuse_arch(min_sm, sm);
 }
 
 std::optional<std::string> Constraints::refuse(const ReductionShape&, int sm) const {
-  if (sm < min_sm)
-    return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
-                       min_sm % 10, sm / 10, sm % 10);
-  return std::nullopt;
+  return refuse_arch(min_sm, sm);
 }
 
 std::string Constraints::describe() const {

@@ -189,6 +189,29 @@ std::int64_t reference_rows(const RunOptions& options, double work_per_row) {
                                                            std::int64_t(budget / work_per_row)));
 }
 
+// The start of every run: a valid shape, its description, and the steps' notes for it.
+template <typename Shape>
+ProblemRun begin_run(Kind kind, const Shape& shape, nlohmann::json shape_json,
+                     std::span<const VariantRef> variants) {
+  if (auto error = validate(shape)) throw UsageError(*error);
+  ProblemRun run;
+  run.kind = kind;
+  run.shape = shape.to_string();
+  run.shape_json = std::move(shape_json);
+  add_step_notes(run, variants, &shape);
+  return run;
+}
+
+// A variant whose constraints rule this problem out is reported as skipped, with the reason.
+template <typename Shape>
+bool refused(Row& row, const Variant& variant, const Shape& shape, int sm) {
+  auto why = variant.constraints.refuse(shape, sm);
+  if (!why) return false;
+  row.status = Row::Status::Skipped;
+  row.note = *why;
+  return true;
+}
+
 }  // namespace
 
 std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
@@ -219,14 +242,12 @@ std::vector<KernelResources> kernel_resources(const Variant& variant, int head_d
 // ---- attention -----------------------------------------------------------------------------
 ProblemRun run_attention(Session& session, const AttentionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options) {
-  if (auto error = validate(shape)) throw UsageError(*error);
-  ProblemRun run;
-  run.kind = Kind::Attention;
-  run.shape = shape.to_string();
-  run.shape_json = {{"batch", shape.batch}, {"heads", shape.heads},   {"seqlen", shape.seqlen},
-                    {"head_dim", shape.head_dim}, {"causal", shape.causal},
-                    {"q_scale", options.q_scale}, {"k_scale", options.k_scale}};
-  add_step_notes(run, variants, &shape);
+  ProblemRun run = begin_run(
+      Kind::Attention, shape,
+      {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
+       {"head_dim", shape.head_dim}, {"causal", shape.causal}, {"q_scale", options.q_scale},
+       {"k_scale", options.k_scale}},
+      variants);
 
   const std::size_t elements = std::size_t(shape.elements());
   const std::size_t rows = std::size_t(shape.rows());
@@ -267,11 +288,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
-    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
-      row.status = Row::Status::Skipped;
-      row.note = *why;
-      return;
-    }
+    if (refused(row, variant, shape, session.gpu.sm)) return;
     if (variant.kernels)
       for (const auto& k : variant.kernels(shape.head_dim))
         if (k.dynamic_smem > session.gpu.smem_per_block_optin) {
@@ -343,12 +360,8 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
 // ---- matrix product ------------------------------------------------------------------------
 ProblemRun run_matmul(Session& session, const MatmulShape& shape,
                       std::span<const VariantRef> variants, const RunOptions& options) {
-  if (auto error = validate(shape)) throw UsageError(*error);
-  ProblemRun run;
-  run.kind = Kind::Matmul;
-  run.shape = shape.to_string();
-  run.shape_json = {{"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
-  add_step_notes(run, variants, &shape);
+  ProblemRun run =
+      begin_run(Kind::Matmul, shape, {{"m", shape.m}, {"n", shape.n}, {"k", shape.k}}, variants);
 
   const std::size_t a_elems = std::size_t(shape.m) * shape.k, b_elems = std::size_t(shape.k) * shape.n,
                     c_elems = std::size_t(shape.m) * shape.n;
@@ -379,11 +392,7 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
-    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
-      row.status = Row::Status::Skipped;
-      row.note = *why;
-      return;
-    }
+    if (refused(row, variant, shape, session.gpu.sm)) return;
     DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, &shape, nullptr));
     const MatmulArgs args{shape, da.get(), db.get(), dc.get(), workspace.get()};
     const auto& launch = std::get<MatmulLaunch>(variant.launch);
@@ -418,12 +427,7 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
 // ---- reduction -----------------------------------------------------------------------------
 ProblemRun run_reduction(Session& session, const ReductionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options) {
-  if (auto error = validate(shape)) throw UsageError(*error);
-  ProblemRun run;
-  run.kind = Kind::Reduction;
-  run.shape = shape.to_string();
-  run.shape_json = {{"count", shape.count}};
-  add_step_notes(run, variants, &shape);
+  ProblemRun run = begin_run(Kind::Reduction, shape, {{"count", shape.count}}, variants);
 
   const std::size_t n = std::size_t(shape.count);
   ensure_fits(2 * n * sizeof(float) + 2 * session.gpu.l2_bytes, "the input and a copy of it");
@@ -462,11 +466,7 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
-    if (auto why = variant.constraints.refuse(shape, session.gpu.sm)) {
-      row.status = Row::Status::Skipped;
-      row.note = *why;
-      return;
-    }
+    if (refused(row, variant, shape, session.gpu.sm)) return;
     DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, nullptr, &shape));
     const ReductionArgs args{shape, dx.get(), dout.get(), workspace.get()};
     const auto& launch = std::get<ReductionLaunch>(variant.launch);

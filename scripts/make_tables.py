@@ -10,6 +10,7 @@ A chapter asks for a table with a marker pair; everything between them is replac
     <!-- table: resources FILE [ids=...] -->          registers, spills, shared memory, occupancy
     <!-- table: bench FILE[,FILE...] peers=FILE d=64 causal=0 [ids=...] -->
         TFLOP/s per N for each variant, with the peers and the ratio to PyTorch's flash backend
+    <!-- table: ncu FILE.csv [ids=...] -->            Nsight Compute counters per (variant, D)
 
 FILE paths are relative to docs/. `ids` keeps rows whose id starts with one of the prefixes.
     python3 scripts/make_tables.py          # rewrite the chapters
@@ -160,13 +161,61 @@ def bench_table(spec):
     return "\n".join(out) + "\n"
 
 
+NCU_COLUMNS = [
+    ("launch__registers_per_thread", "registers"),
+    ("launch__shared_mem_per_block_dynamic", "smem/block"),
+    ("launch__occupancy_limit_registers", "CTA limit: regs"),
+    ("launch__occupancy_limit_shared_mem", "CTA limit: smem"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "warps active %"),
+    ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "tensor pipe %"),
+    ("smsp__inst_executed_op_ldsm.sum", "ldmatrix"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "bank conflicts (ld)"),
+    ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "bank conflicts (st)"),
+    ("gpu__time_duration.sum", "time (µs, under ncu)"),
+]
+
+
+def ncu_table(spec):
+    """Rows of scripts/profile.sh's CSV: one kernel launch per (variant, D), B=4 H=8 N=4096."""
+    import csv
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    values = {}
+    order = []
+    with open(DOCS / spec["file"]) as f:
+        for r in csv.reader(f):
+            if len(r) < 19 or r[4] == "ID" or not keep(r[1], prefixes):
+                continue
+            key = (r[1], r[2])
+            if key not in values:
+                values[key] = {}
+                order.append(key)
+            values[key][r[16]] = r[18]
+    out = ["| id | D | " + " | ".join(c[1] for c in NCU_COLUMNS) + " |",
+           "|---|---|" + "---|" * len(NCU_COLUMNS)]
+    for key in order:
+        cells = []
+        for metric, _ in NCU_COLUMNS:
+            v = values[key].get(metric, "")
+            if metric == "gpu__time_duration.sum" and v:
+                v = f"{float(v.replace(',', '')) / 1000:.0f}"
+            elif metric == "launch__shared_mem_per_block_dynamic" and v:
+                v = f"{float(v.replace(',', '')):,.0f} B"
+            cells.append(v)
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("*Nsight Compute of the GPU machine's CUDA 13.0 image (`--clock-control none`), one launch of each kernel at B=4, H=8, "
+               "N=4096, non-causal; `scripts/profile.sh`.*")
+    return "\n".join(out) + "\n"
+
+
 def render(spec_text):
     words = spec_text.split()
     spec = {"type": words[0], "file": words[1]}
     for w in words[2:]:
         k, _, v = w.partition("=")
         spec[k] = v
-    return {"ladder": ladder_table, "resources": resources_table, "bench": bench_table}[spec["type"]](spec)
+    tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table}
+    return tables[spec["type"]](spec)
 
 
 def main():
