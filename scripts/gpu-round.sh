@@ -62,9 +62,16 @@ fi
 
 if has ladder; then
   start=$SECONDS
-  "$bin/ladder" --json "$out/ladder.json" >"$logs/ladder.log" 2>&1
+  # Through the README's own command, so the round also proves it works on this machine.
+  scripts/ladder.sh --json "$out/ladder.json" >"$logs/ladder.log" 2>&1
   rc=$?
-  note "ladder: rc=$rc in $((SECONDS - start)) s"
+  note "ladder (scripts/ladder.sh): rc=$rc in $((SECONDS - start)) s"
+  # --save: the inputs and outputs as .npy, checked against PyTorch where it is installed.
+  "$bin/ladder" --track attention --n 1000 --d 64,128 --mask both --heads 2 --no-time --save "$out/npy" \
+    >"$logs/save.log" 2>&1 && python3 scripts/check_npy.py "$out/npy" >>"$logs/save.log" 2>&1
+  rc=$?
+  note "--save and scripts/check_npy.py: rc=$rc; $(tail -1 "$logs/save.log")"
+  rm -rf "$out/npy"
   cat "$logs/ladder.log"
 fi
 
