@@ -13,6 +13,8 @@
 //   lse            the sum == 0 / NaN guard on 1/l, and the log-sum-exp the backward pass needs
 //   bc128          Bc = 128 at D = 64, FA2's tile (Q moves back to shared memory to make room)
 //   h200           tiles picked for the H200's register file, heaviest causal CTAs first
+//   d128_s64       D = 128 only: 64-key S tiles (FA2's 128 × 64), made to fit 255 registers
+//   d128_s64_unroll2  the same with Q Kᵀ's k16 loop unrolled by two (spill-free on sm_90a only)
 //
 // One kernel template serves all of them: a Config carries the tile and a set of feature bits,
 // and every difference below is an `if constexpr` on one of them.
@@ -51,6 +53,8 @@ enum Feature : unsigned {
   kSmemEpilogue = 1u << 1,
   kLse = 1u << 2,
   kHeavyFirst = 1u << 3,
+  kLeanRegisters = 1u << 4,  // the two register savings of d128_s64 (see its config)
+  kQkOneStep = 1u << 5,      // Q Kᵀ's k16 loop not unrolled (d128_s64 vs d128_s64_unroll2)
 };
 
 // kBlockN is the key block of the pipeline (one cp.async stage, one barrier); kComputeN the
@@ -79,6 +83,9 @@ struct Config {
   static constexpr bool kSmemEpi = (kFeatures & kSmemEpilogue) != 0;
   static constexpr bool kWritesLse = (kFeatures & kLse) != 0;
   static constexpr bool kHeavy = (kFeatures & kHeavyFirst) != 0;
+  static constexpr bool kLean = (kFeatures & kLeanRegisters) != 0;
+  // k16 steps of S = Q Kᵀ unrolled together when Q is read from shared memory (see gemm_qk).
+  static constexpr int kQkUnroll = (kFeatures & kQkOneStep) != 0 ? 1 : 2;
 
   // Padded rows (step 05) or dense swizzled rows; see common/device/swizzle.cuh for the bank
   // arithmetic of both.
@@ -179,8 +186,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
   // the Q and K fragments of several steps ahead of their mma and runs out of registers
   // (bc128 spilled 36-120 bytes per thread); two steps in flight still hide the ldmatrix
   // latency behind 4·kSTiles mma. q_frag is indexed by kk only when Q is in registers, where
-  // the loop is fully unrolled.
-#pragma unroll(C::kQInRegisters ? C::kDSteps : 2)
+  // the loop is fully unrolled. kQkOneStep does not unroll it at all (see d128_s64).
+#pragma unroll(C::kQInRegisters ? C::kDSteps : C::kQkUnroll)
   for (int kk = 0; kk < C::kDSteps; ++kk) {
     std::uint32_t a[C::kMTiles][4];
 #pragma unroll
@@ -196,7 +203,12 @@ __device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
     for (int np = 0; np < C::kSTiles / 2; ++np) {  // two n8 tiles of keys per ldmatrix.x4
       std::uint32_t b[4];
       ptx::ldmatrix_x4(b, ldsm_at<C>(k_lane, np * 16, kk * 16));
-      const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+      // With the B map, registers {0, 1} are the n8 tile of keys 0-7 and {2, 3} keys 8-15. kLean
+      // addresses K with the A map (see the kernel): matrices 0..3 are then (keys 0-7, dims
+      // 0-7), (keys 8-15, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 8-15), so keys 0-7
+      // are registers {0, 2} and keys 8-15 registers {1, 3}.
+      const std::uint32_t b_lo[2] = {b[0], C::kLean ? b[2] : b[1]};
+      const std::uint32_t b_hi[2] = {C::kLean ? b[1] : b[2], b[3]};
 #pragma unroll
       for (int mi = 0; mi < C::kMTiles; ++mi) {
         ptx::mma_m16n8k16_f32(s[mi][2 * np], a[mi], b_lo);
@@ -300,6 +312,18 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[C::kMTiles][C::kOTiles][4
   }
 }
 
+// ---- threadIdx.x, read again ------------------------------------------------------------------
+// A value the compiler cannot merge with the kernel's first read of threadIdx.x (a volatile asm
+// is never merged with another or hoisted out of the loop). kLean recomputes the cp.async
+// offsets from it once per block instead of keeping them in a register for the whole loop: a few
+// integer instructions per block, against a register that, at 255, ptxas can only find by
+// spilling something.
+__device__ __forceinline__ int reread_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 // ---- The kernel -------------------------------------------------------------------------------
 // grid (ceil(N / kBlockM), B·H), or with kHeavyFirst and causal (B·H, ceil(N / kBlockM)) with
 // the query blocks numbered from the end: a causal CTA's work grows with its query block, the
@@ -353,8 +377,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
   // This lane's ldmatrix rows: A map for Q and V, B map for K.
   const LdsmLane q_lane = ldsm_lane<C>(s_q, warp * C::kRowsPerWarp + frag::ldsm_a_row(lane),
                                        frag::ldsm_a_col(lane));
-  // K and V: the same for every stage but for the stage's base address.
-  const LdsmLane k_lane0 = ldsm_lane<C>(s_k, frag::ldsm_b_row(lane), frag::ldsm_b_col(lane));
+  // K and V: the same for every stage but for the stage's base address. kLean reads K with the
+  // A map too (gemm_qk reorders the registers): the three operands then share one lane row and
+  // one chunk, and K and V differ only by a constant, which saves the registers of a second map.
+  const LdsmLane k_lane0 =
+      C::kLean ? ldsm_lane<C>(s_k, frag::ldsm_a_row(lane), frag::ldsm_a_col(lane))
+               : ldsm_lane<C>(s_k, frag::ldsm_b_row(lane), frag::ldsm_b_col(lane));
   const LdsmLane v_lane0 = ldsm_lane<C>(s_v, frag::ldsm_a_row(lane), frag::ldsm_a_col(lane));
 
   std::uint32_t q_frag[C::kMTiles][C::kDSteps][4];
@@ -395,8 +423,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
     __syncthreads();
     if (block > 0) {
       const std::int64_t next = head + std::int64_t(kv_start - C::kBlockN) * C::kHeadDim;
-      load_tile<C, C::kBlockN, false>(s_k + (stage ^ 1) * C::kKVElems, k + next, C::kBlockN, tid);
-      load_tile<C, C::kBlockN, false>(s_v + (stage ^ 1) * C::kKVElems, v + next, C::kBlockN, tid);
+      const int load_tid = C::kLean ? reread_tid() : tid;
+      load_tile<C, C::kBlockN, false>(s_k + (stage ^ 1) * C::kKVElems, k + next, C::kBlockN,
+                                      load_tid);
+      load_tile<C, C::kBlockN, false>(s_v + (stage ^ 1) * C::kKVElems, v + next, C::kBlockN,
+                                      load_tid);
       ptx::cp_async_commit();
     }
 
@@ -542,8 +573,10 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <class C>
 std::vector<ladder::KernelInfo> kernel_pair() {
-  const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s>", C::kHeadDim, C::kBlockN,
-                                      C::kComputeN, C::kQInRegisters ? ",Q in regs" : "");
+  const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s%s>", C::kHeadDim,
+                                      C::kBlockN, C::kComputeN,
+                                      C::kQInRegisters ? ",Q in regs" : "",
+                                      C::kLean ? ",lean" : "");
   return {
       {name, reinterpret_cast<const void*>(fa_v2_2_kernel<C, false>), C::kThreads, C::kSmemBytes},
       {name + " causal", reinterpret_cast<const void*>(fa_v2_2_kernel<C, true>), C::kThreads,
@@ -607,6 +640,37 @@ using Bc128D128 = BaseD128<kFeaturesLse>;
 using H200D64 = Config<64, 128, 64, true, 1, kFeaturesH200>;
 using H200D128 = BaseD128<kFeaturesH200>;
 
+// d128_s64 — D = 128 non-causal is where h200 trails FA2 (0.94-0.97x at N = 4096-16384).
+// What it changes: at D = 128 each 64-key block is ONE 64-key S tile, FA2's 128 × 64 (h200
+// splits it in two 32-key tiles), with h200's features; D = 64 is h200's config.
+// What should move, per warp and 64-key block:
+//   * Q is re-read from shared memory once per S tile: 16 instead of 32 ldmatrix.x4 for Q, 80
+//     instead of 96 in all (Nsight: ldsm 25.17M -> ~21.0M, 05/bc64's count, -17%). Shared
+//     memory bandwidth is a limiter of the same order as the tensor pipe here: 4 warps × 96
+//     ldmatrix.x4 × 512 B is ~1536 cycles at 128 B/clk per block of 2 × 128·64·128 MACs.
+//   * the online softmax runs once per 64 keys instead of twice: half the 128-FMUL O rescales,
+//     half the quad shuffles and max bookkeeping.
+//   Expected: tensor pipe active 54% -> ~57%, +3-5% at D = 128 non-causal (333 -> ~345-350
+//   TFLOP/s, FA2 336-355), causal about the same or slightly better.
+// The cost: S grows from 32 to 64 fp32 next to the 128-fp32 O; this config without
+// kLeanRegisters spills 52-72 bytes per thread (as the README says). kLeanRegisters fits it
+// in 255 with no spill by (1) addressing K with the A lane map, so Q, K and V share one lane
+// row and chunk, and (2) recomputing the cp.async offsets from threadIdx.x once per block
+// (reread_tid) instead of keeping them live through the loop; and (3), kQkOneStep, by not
+// unrolling the k16 loop of Q Kᵀ, so no second step's fragments are in flight (the other CTA's
+// warp on the scheduler hides the ldmatrix latency instead). With (1) and (2), sm_90a needs no
+// (3) (0 bytes at 255), but sm_80 still spills 4 bytes in the causal kernel; with (3) both are
+// clean. Without (1) or without (2), sm_90a spilled 4-72 bytes, unrolled or not (CUDA 13.0's
+// ptxas). Risk: zero margin at 255 registers; another ptxas may spill a few bytes.
+using S64D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters | kQkOneStep>;
+
+// d128_s64_unroll2 — d128_s64 without (3): Q Kᵀ's k16 loop unrolled by two as in every other
+// variant, so the next step's Q and K ldmatrix overlap this step's 32 mma.
+// What should move vs d128_s64: fewer stalls on ldmatrix (Nsight: "short scoreboard" stall
+// reason down); the same ldsm count. Expected: +0-2% over d128_s64 if the two warps per
+// scheduler do not already hide that latency, else the same. Zero spills on sm_90a only.
+using S64U2D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters>;
+
 LADDER_REGISTER_STEP(([] {
   ladder::Step step;
   step.number = 6;
@@ -629,6 +693,10 @@ LADDER_REGISTER_STEP(([] {
       "bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 unchanged"));
   step.variants.push_back(make_variant<H200D64, H200D128>(
       "h200", "+ H200 guess: D=64 128-key blocks as two 64-key S tiles, heaviest causal first"));
+  step.variants.push_back(make_variant<H200D64, S64D128>(
+      "d128_s64", "h200 + D=128 one 64-key S tile per block (FA2's 128x64), lean registers"));
+  step.variants.push_back(make_variant<H200D64, S64U2D128>(
+      "d128_s64_unroll2", "d128_s64 with Q K^T's k16 loop unrolled by two (as h200)"));
   step.main_variant = 5;  // h200: the fastest measured on the H200 (docs/06_fa_v2_2.md)
   return step;
 }()));
