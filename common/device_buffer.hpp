@@ -38,14 +38,19 @@ class DeviceBuffer {
   void upload(const std::vector<T>& host) {
     CUDA_CHECK(cudaMemcpy(ptr_, host.data(), std::min(host.size(), count_) * sizeof(T),
                           cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands, and the harness's
+    // non-blocking stream does not wait for the legacy stream: wait here, once, at set-up.
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
     if (count_ > 0) CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
     return host;
   }
-  // Fill every byte with `value` (0xFF makes fp16 and fp32 NaN: the harness's poison).
-  void fill_bytes(int value, cudaStream_t stream = nullptr) {
+  // Fill every byte with `value` (0xFF makes fp16 and fp32 NaN: the harness's poison), in stream
+  // order. The stream is not optional: the harness works on a non-blocking stream, which does not
+  // wait for the legacy default stream, so a fill issued there could land after the kernel.
+  void fill_bytes(int value, cudaStream_t stream) {
     if (count_ > 0) CUDA_CHECK(cudaMemsetAsync(ptr_, value, bytes(), stream));
   }
 
