@@ -627,8 +627,8 @@ using BaseD128 = Config<128, 64, 32, false, 1, kFeatures>;
 using Bc128D64 = Config<64, 128, 128, false, 1, kFeaturesLse>;
 using Bc128D128 = BaseD128<kFeaturesLse>;
 
-// h200 — chosen before measuring, and measured the fastest at every shape (docs/06). The H200 has 64K registers and 228 KB of shared memory per
-// SM. At these tiles registers, not shared memory, decide how many warps share an SM: two CTAs
+// h200 — chosen before measuring, then measured the fastest at every shape (docs/06). The H200
+// has 64K registers and 228 KB of shared memory per SM. At these tiles registers, not shared memory, decide how many warps share an SM: two CTAs
 // of 4 warps at ~240 registers (three would need <= 168, which spills once S, O and the
 // epilogue's staging are all in). With two CTAs per SM fixed, the knobs left are how often a
 // CTA stops at a barrier and what it keeps in registers:
