@@ -628,10 +628,11 @@ using Bc128D64 = Config<64, 128, 128, false, 1, kFeaturesLse>;
 using Bc128D128 = BaseD128<kFeaturesLse>;
 
 // h200 — chosen before measuring, then measured the fastest at every shape (docs/06). The H200
-// has 64K registers and 228 KB of shared memory per SM. At these tiles registers, not shared memory, decide how many warps share an SM: two CTAs
-// of 4 warps at ~240 registers (three would need <= 168, which spills once S, O and the
-// epilogue's staging are all in). With two CTAs per SM fixed, the knobs left are how often a
-// CTA stops at a barrier and what it keeps in registers:
+// has 64K registers and 228 KB of shared memory per SM. At these tiles registers, not shared
+// memory, decide how many warps share an SM: two CTAs of 4 warps at ~240 registers (three would
+// need <= 168, which spills once S, O and the epilogue's staging are all in). With two CTAs per
+// SM fixed, the knobs left are how often a CTA stops at a barrier and what it keeps in
+// registers:
 //   D = 64:  FA2's 128-key pipeline block (half the barriers and cp.async rounds of Bc = 64),
 //            computed as two 64-key S tiles so that Q stays in registers (no per-step Q
 //            ldmatrix, unlike bc128). 80 KB of shared memory: two CTAs fit with room to spare.
