@@ -76,26 +76,24 @@ std::string baseline_id(const Step& step, std::size_t i) {
   return step.improves_on;
 }
 
-Variant attention_variant(std::string name, std::string description, AttentionLaunch launch) {
+namespace {
+Variant make_variant(std::string name, std::string description, Launch launch) {
   Variant v;
   v.name = std::move(name);
   v.description = std::move(description);
   v.launch = std::move(launch);
   return v;
+}
+}  // namespace
+
+Variant attention_variant(std::string name, std::string description, AttentionLaunch launch) {
+  return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
 }
 Variant matmul_variant(std::string name, std::string description, MatmulLaunch launch) {
-  Variant v;
-  v.name = std::move(name);
-  v.description = std::move(description);
-  v.launch = std::move(launch);
-  return v;
+  return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
 }
 Variant reduction_variant(std::string name, std::string description, ReductionLaunch launch) {
-  Variant v;
-  v.name = std::move(name);
-  v.description = std::move(description);
-  v.launch = std::move(launch);
-  return v;
+  return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
 }
 
 }  // namespace ladder
