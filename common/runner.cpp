@@ -108,11 +108,18 @@ void finish_comparisons(Row& row, const Output& out, Baselines& baselines) {
 void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks& hooks,
                  const RunOptions& options, Baselines& baselines, int head_dim) {
   cudaStream_t stream = session.stream.get();
-  try {
+  // Poison, launch once, wait, read the output back.
+  auto run_once = [&] {
     hooks.poison();
     hooks.launch(stream);
     session.stream.synchronize();
-    Output out = hooks.download();
+    return hooks.download();
+  };
+  auto identical = [](const Output& a, const Output& b) {
+    return same_bits(a.bits16, b.bits16) && same_bits(a.values, b.values) && same_bits(a.lse, b.lse);
+  };
+  try {
+    Output out = run_once();
     if (options.check) hooks.check(row, out);
     if (!options.save_dir.empty()) hooks.save(out);
     row.kernels = kernel_resources(ref.variant(), head_dim, session.gpu);
@@ -120,16 +127,9 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
     if (options.time) {
       row.timing = time_launch(hooks.launch, stream, options.timing, session.flusher);
       // The last timed launch overwrote the output: it must equal the checked one bit for bit.
-      const Output again = hooks.download();
-      row.rerun_identical = same_bits(out.bits16, again.bits16) && same_bits(out.values, again.values) &&
-                            same_bits(out.lse, again.lse);
+      row.rerun_identical = identical(out, hooks.download());
     } else {
-      hooks.poison();
-      hooks.launch(stream);
-      session.stream.synchronize();
-      const Output again = hooks.download();
-      row.rerun_identical = same_bits(out.bits16, again.bits16) && same_bits(out.values, again.values) &&
-                            same_bits(out.lse, again.lse);
+      row.rerun_identical = identical(out, run_once());
     }
     finish_comparisons(row, out, baselines);
     if (row.timing) baselines.timings[row.id] = *row.timing;
