@@ -38,3 +38,47 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "error: the CUDA toolkit (nvcc) is not installed; install CUDA 12.8 or newer (tested with 13.0)" >&2
   exit 1
 fi
+
+# The cuDNN frontend's headers (header-only C++), for the cuDNN attention peer row. PyPI's
+# nvidia-cudnn-frontend wheel ships them under include/; they are unpacked into .deps/ (ignored by
+# git), where CMake looks (common/peers/cudnn.cmake). cuDNN itself comes from the CUDA toolkit's
+# directory, CUDNN_ROOT, or PyPI's nvidia-cudnn-cu12/-cu13 (PyTorch installs it). Nothing here is
+# required: without it the ladder prints "cudnn: not built" and how to enable it.
+# A machine without network (the GPU machine) gets .deps/ copied along with the tree.
+cudnn_frontend_version=${LADDER_CUDNN_FRONTEND_VERSION:-1.32.0}
+fe_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn_frontend"
+if [ -f "$fe_dir/include/cudnn_frontend.h" ]; then
+  echo "cuDNN frontend headers: $fe_dir/include"
+elif python3 -m pip --version >/dev/null 2>&1; then
+  tmp=$(mktemp -d)
+  # The headers are the same in every wheel of a version: ask for one fixed wheel, whatever this
+  # machine's Python or processor.
+  if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+       --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 -d "$tmp" \
+       "nvidia-cudnn-frontend==$cudnn_frontend_version" >"$tmp/pip.log" 2>&1 &&
+     python3 - "$tmp" "$fe_dir" <<'PY'
+import pathlib, shutil, sys, zipfile
+tmp, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wheel = next(tmp.glob("nvidia_cudnn_frontend-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.startswith("include/") and not n.endswith("/")]
+    if not any(n == "include/cudnn_frontend.h" for n in names):
+        sys.exit(f"{wheel.name} has no include/cudnn_frontend.h")
+    staging = dest.with_name(dest.name + ".partial")  # renamed into place once complete
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    for n in names:
+        z.extract(n, staging)
+staging.rename(dest)
+print(f"cuDNN frontend headers: {dest / 'include'} ({len(names)} files from {wheel.name})")
+PY
+  then
+    rm -rf "$tmp"
+  else
+    echo "note: could not fetch the cuDNN frontend headers (nvidia-cudnn-frontend==$cudnn_frontend_version" \
+         "from PyPI; see $tmp/pip.log); the ladder will build without the cuDNN row" >&2
+  fi
+else
+  echo "note: no pip for python3, so the cuDNN frontend headers were not fetched; the ladder will" \
+       "build without the cuDNN row (install python3-pip and run this again to add it)" >&2
+fi

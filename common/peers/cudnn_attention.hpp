@@ -1,0 +1,121 @@
+// cuDNN's fused attention as a peer row of the attention ladder: the same Q, K, V, the same
+// poisoned O, the same fp64 check and the same timing as every lesson, in the same process.
+//
+// The peer registers itself as step 99 "peers" (track attention, every variant a peer) from
+// cudnn_attention.cpp. When the build found cuDNN and the cuDNN frontend (common/peers/cudnn.cmake)
+// its variants run cuDNN's SDPA graph:
+//
+//   99/cudnn      O only (what an inference call asks for; what PyTorch's cuDNN backend runs
+//                 when no gradient is needed)
+//   99/cudnn_lse  O and the log-sum-exp ("stats", natural log of the scaled logits), checked by the
+//                 harness like any variant's LSE
+//
+// Otherwise it registers one variant, 99/cudnn, that every problem refuses with
+// cudnn_not_built_message(): the table shows the row as skipped, saying how to enable it.
+//
+// Everything in this header is plain C++ (no cuDNN), so the CPU tests use it in every build.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "common/problem.hpp"
+
+namespace ladder::peers {
+
+// ---- What this build has ------------------------------------------------------------------------
+struct CudnnBuildInfo {
+  bool built = false;           // the cuDNN rows run
+  std::string headers;          // "9.19.0": cudnn.h the peer was compiled with (empty if not built)
+  std::string frontend;         // "1.32.0"
+  std::string library_dir;      // where libcudnn was found at configure time
+  std::string missing;          // why it was not built (empty if built)
+};
+CudnnBuildInfo cudnn_build_info();
+
+// cudnnGetVersion() of the library actually loaded, "9.19.0", or nothing when not built. Touches no
+// GPU; for the results' provenance.
+std::optional<std::string> cudnn_runtime_version();
+
+// The note of the row that stands in for cuDNN when it was not built: "cudnn: not built — <why>;
+// <how to enable it>".
+std::string cudnn_not_built_message(std::string_view why);
+
+// ---- The graph cache ----------------------------------------------------------------------------
+// A built cuDNN graph is valid for exactly one problem: everything below is baked into it (dims,
+// strides, mask, scale, whether it writes the stats) and it belongs to one device's handle. Pointers
+// are not part of it: they are bound at each execution.
+struct CudnnGraphKey {
+  int device = 0;
+  int batch = 0, heads = 0, seqlen = 0, head_dim = 0;
+  bool causal = false;
+  bool stats = false;             // also writes the log-sum-exp
+  std::uint32_t scale_bits = 0;   // the softmax scale's float bits (1/sqrt(D) in the harness)
+  auto operator<=>(const CudnnGraphKey&) const = default;
+};
+CudnnGraphKey cudnn_graph_key(const AttentionShape& shape, float softmax_scale, bool stats, int device);
+std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal, stats, device 0"
+
+// A map from a key to a value built at most once. Building a cuDNN graph takes tens to hundreds of
+// milliseconds (heuristics, plan compilation), executing it microseconds of host time, so the
+// build happens on the first launch for a problem (the harness's untimed check run) and every
+// later launch only executes. A build that throws is remembered too: the same message is thrown
+// again for that key without asking cuDNN a second time (a shape cuDNN refuses stays refused).
+// Safe to use from several threads; builds are serialized.
+template <class Key, class Value>
+class BuildOnceCache {
+ public:
+  // The value for `key`, calling build() (which returns a std::unique_ptr<Value>) the first time.
+  template <class Build>
+  Value& get(const Key& key, Build&& build) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      Entry entry;
+      ++builds_;
+      try {
+        std::unique_ptr<Value> value = build();
+        if (!value) throw std::logic_error("BuildOnceCache: build() returned no value");
+        entry = std::move(value);
+      } catch (const std::exception& e) {
+        entry = std::string(e.what());
+      }
+      it = entries_.emplace(key, std::move(entry)).first;
+    }
+    if (auto* failed = std::get_if<std::string>(&it->second)) throw std::runtime_error(*failed);
+    return *std::get<std::unique_ptr<Value>>(it->second);
+  }
+
+  std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return entries_.size();
+  }
+  std::size_t builds() const {  // how many times build() was called
+    std::lock_guard lock(mutex_);
+    return builds_;
+  }
+  // Drops every value (and so, for graphs, their workspaces and plans).
+  void clear() {
+    std::lock_guard lock(mutex_);
+    entries_.clear();
+  }
+
+ private:
+  using Entry = std::variant<std::unique_ptr<Value>, std::string>;
+  mutable std::mutex mutex_;
+  std::map<Key, Entry> entries_;
+  std::size_t builds_ = 0;
+};
+
+}  // namespace ladder::peers

@@ -1,0 +1,194 @@
+// The peers' CPU-side logic: the cuDNN graph cache and its keys, the "not built" row, the peer
+// step's registration, and the GEMM ceiling's check. No CUDA call here: these run on CI, in a build
+// with cuDNN and in one without.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/peers/cudnn_attention.hpp"
+#include "common/peers/gemm_ceiling.hpp"
+#include "common/registry.hpp"
+#include "tests/catch.hpp"
+
+using namespace ladder;
+using namespace ladder::peers;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("a cuDNN graph key holds everything the graph bakes in", "[peers]") {
+  const AttentionShape base{4, 8, 4096, 64, false};
+  const float scale = base.softmax_scale();
+  const CudnnGraphKey key = cudnn_graph_key(base, scale, false, 0);
+  CHECK(key == cudnn_graph_key(base, scale, false, 0));
+
+  // Every field that changes the graph changes the key.
+  std::vector<CudnnGraphKey> others;
+  for (auto change : {+[](AttentionShape& s) { s.batch = 2; }, +[](AttentionShape& s) { s.heads = 16; },
+                      +[](AttentionShape& s) { s.seqlen = 4095; }, +[](AttentionShape& s) { s.head_dim = 128; },
+                      +[](AttentionShape& s) { s.causal = true; }}) {
+    AttentionShape s = base;
+    change(s);
+    others.push_back(cudnn_graph_key(s, scale, false, 0));
+  }
+  others.push_back(cudnn_graph_key(base, scale, true, 0));           // also writes the stats
+  others.push_back(cudnn_graph_key(base, scale, false, 1));          // another device's handle
+  others.push_back(cudnn_graph_key(base, scale * 0.5f, false, 0));   // another softmax scale
+  std::set<CudnnGraphKey> distinct(others.begin(), others.end());
+  distinct.insert(key);
+  CHECK(distinct.size() == others.size() + 1);
+
+  const std::string text = to_string(cudnn_graph_key({4, 8, 4096, 64, true}, scale, true, 1));
+  CHECK(contains(text, "B=4 H=8 N=4096 D=64 causal"));
+  CHECK(contains(text, "stats"));
+  CHECK(contains(text, "device 1"));
+}
+
+TEST_CASE("the build-once cache builds each key once and remembers refusals", "[peers]") {
+  BuildOnceCache<int, std::string> cache;
+  int calls = 0;
+  auto build = [&](const char* text) {
+    return [&calls, text] {
+      ++calls;
+      return std::make_unique<std::string>(text);
+    };
+  };
+  std::string& first = cache.get(1, build("one"));
+  std::string& again = cache.get(1, build("never built"));
+  CHECK(&first == &again);  // the same object: its workspace and plans are reused
+  CHECK(again == "one");
+  CHECK(cache.get(2, build("two")) == "two");
+  CHECK(calls == 2);
+  CHECK(cache.builds() == 2);
+  CHECK(cache.size() == 2);
+
+  // A build that throws is not retried: the same message comes back at once.
+  int refusals = 0;
+  auto refuse = [&] () -> std::unique_ptr<std::string> {
+    ++refusals;
+    throw std::runtime_error("cuDNN frontend: check_support failed for B=1 H=1 N=17 D=64");
+  };
+  for (int i = 0; i < 3; ++i) {
+    try {
+      cache.get(3, refuse);
+      FAIL("a refused build must throw");
+    } catch (const std::runtime_error& e) {
+      CHECK(contains(e.what(), "check_support failed"));
+    }
+  }
+  CHECK(refusals == 1);
+  CHECK(cache.builds() == 3);
+
+  // A build that returns nothing is a bug, reported as such.
+  CHECK_THROWS_AS(cache.get(4, [] { return std::unique_ptr<std::string>(); }), std::runtime_error);
+
+  cache.clear();
+  CHECK(cache.size() == 0);
+  CHECK(cache.get(1, build("rebuilt")) == "rebuilt");
+}
+
+TEST_CASE("the row that stands in for a missing cuDNN says how to enable it", "[peers]") {
+  const std::string m = cudnn_not_built_message("the cuDNN frontend headers were not found");
+  CHECK(m.rfind("cudnn: not built — the cuDNN frontend headers were not found", 0) == 0);
+  CHECK(contains(m, "scripts/install-deps.sh"));
+  CHECK(contains(m, "CUDNN_ROOT"));
+  CHECK(contains(m, "CUDNN_FRONTEND_INCLUDE_DIR"));
+
+  const CudnnBuildInfo info = cudnn_build_info();
+  if (info.built) {
+    CHECK(info.missing.empty());
+    CHECK(info.headers.rfind("9.", 0) == 0);
+    CHECK_FALSE(info.frontend.empty());
+  } else {
+    CHECK_FALSE(info.missing.empty());
+    CHECK_FALSE(cudnn_runtime_version());
+  }
+}
+
+TEST_CASE("the peer step is registered as step 99 of the attention track", "[peers][registry]") {
+  const Step* step = Registry::instance().find(99);
+  REQUIRE(step);
+  CHECK(step->name == "peers");
+  CHECK(step->track == "attention");
+  CHECK(step->kind == Kind::Attention);
+  CHECK(step->peers_only());
+  REQUIRE(!step->variants.empty());
+  CHECK(step->variants.at(step->main_variant).name == "cudnn");
+
+  const AttentionShape d64{1, 2, 113, 64, true}, d96{1, 2, 113, 96, false};
+  if (cudnn_build_info().built) {
+    REQUIRE(step->variants.size() == 2);
+    for (const Variant& v : step->variants) {
+      CHECK(v.peer);
+      CHECK_FALSE(v.constraints.refuse(d64, 90));                  // an H200 runs it
+      CHECK_FALSE(v.constraints.refuse(AttentionShape{1, 1, 1, 128, false}, 80));
+      CHECK(v.constraints.refuse(d64, 75));                        // Turing: no fused fp16 SDPA
+      CHECK(v.constraints.refuse(d96, 90));                        // the ladder's head dims only
+    }
+    CHECK_FALSE(step->variants[0].writes_lse);
+    CHECK(step->variants[1].name == "cudnn_lse");
+    CHECK(step->variants[1].writes_lse);
+  } else {
+    REQUIRE(step->variants.size() == 1);
+    const auto why = step->variants[0].constraints.refuse(d64, 90);
+    REQUIRE(why);
+    CHECK(why->rfind("cudnn: not built — ", 0) == 0);
+    CHECK(contains(*why, cudnn_build_info().missing));
+  }
+}
+
+TEST_CASE("GEMM ceiling: the checked entries cover the matrix and repeat", "[peers][gemm]") {
+  const auto points = gemm_check_points(8192, 8192, 64, 7);
+  REQUIRE(points.size() == 64);
+  CHECK(points.front() == std::pair{0, 0});
+  CHECK(points[1] == std::pair{8191, 8191});
+  for (const auto& [r, c] : points) {
+    CHECK(r >= 0);
+    CHECK(r < 8192);
+    CHECK(c >= 0);
+    CHECK(c < 8192);
+  }
+  CHECK(points == gemm_check_points(8192, 8192, 64, 7));
+  CHECK(std::set(points.begin(), points.end()).size() > 60);
+  CHECK(gemm_check_points(3, 5, 1, 7).size() == 1);
+  CHECK(gemm_check_points(0, 5, 4, 7).empty());
+}
+
+TEST_CASE("GEMM ceiling: an entry passes as an fp16 rounding of the exact product, and only then",
+          "[peers][gemm]") {
+  // A [2, K] and B [K, 3] with values that are exact in fp16.
+  const int m = 2, k = 512, n = 3;
+  std::vector<float> a(std::size_t(m) * k), b(std::size_t(k) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 7) - 3) * 0.25f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(int(i % 5) - 2) * 0.5f + 0.125f;
+  for (int row = 0; row < m; ++row)
+    for (int col = 0; col < n; ++col) {
+      double exact = 0;
+      for (int t = 0; t < k; ++t) exact += double(a[std::size_t(row) * k + t]) * b[std::size_t(t) * n + col];
+      const float rounded = __half2float(__float2half_rn(float(exact)));
+      double rel = -1;
+      CHECK(gemm_entry_ok(a, b, k, n, row, col, rounded, &rel));
+      CHECK(rel >= 0);
+      CHECK(rel <= std::ldexp(1.0, -11));
+      // Off by far more than a rounding: a wrong layout, a skipped block, a zero output.
+      CHECK_FALSE(gemm_entry_ok(a, b, k, n, row, col, float(exact) * 1.02f + 1.0f));
+      CHECK_FALSE(gemm_entry_ok(a, b, k, n, row, col, NAN));
+    }
+  CHECK_FALSE(gemm_entry_ok(a, b, k, n, 0, 0, 0.0f));  // this entry's exact value is far from 0
+}
+
+TEST_CASE("GEMM ceiling: rate and percentage", "[peers][gemm]") {
+  GemmCeiling g;
+  CHECK(g.tflops() == 0);        // no timing yet
+  CHECK(g.percent_of(100) == 0);
+  g.flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+  g.timing = summarize({1.5f, 1.4f, 1.6f});
+  CHECK(g.tflops() == Approx(g.flops / 1.5e-3 / 1e12));
+  CHECK(g.percent_of(g.tflops() / 2) == Approx(50.0));
+}
