@@ -25,7 +25,13 @@ log="$out/peers-check.log"
 say() { echo "$*" | tee -a "$log"; }
 
 # ---- PyTorch's cuDNN: the library its SDPA cuDNN backend uses ----
-torch_cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+torch_cudnn=$(python3 - 2>/dev/null <<'PY'
+import glob, os, sys
+hits = [h for p in sys.path for h in sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcudnn.so.9")))]
+if hits:
+    print(os.path.dirname(os.path.dirname(hits[0])))  # site-packages/nvidia/cudnn
+PY
+)
 cudnn_root=""
 if [ -n "$torch_cudnn" ] && ls "$torch_cudnn"/lib/libcudnn.so* >/dev/null 2>&1; then
   # cuDNN loads its sub-libraries (libcudnn_graph, _engines_*) by name: they must be on the path.
@@ -81,12 +87,13 @@ fi
 
 # ---- ours: the harness, same process for every row ----
 start=$SECONDS
+ldd "$bin/step99_peers" | grep -E "cudnn|nvrtc|not found" >>"$log" 2>&1
 "$bin/step99_peers" --b 4 --heads 8 --n 4096 --d 64 --mask both --json "$out/cudnn-d64.json" >>"$log" 2>&1
 say "step99 d64: rc=$?"
 "$bin/step99_peers" --b 4 --heads 16 --n 4096 --d 128 --mask both --json "$out/cudnn-d128.json" >>"$log" 2>&1
 say "step99 d128: rc=$?"
 # Ragged sizes, checked only: does cuDNN refuse any of the GPU tests' shapes?
-"$bin/step99_peers" --b 1 --heads 3 --n 1,17,113,1000 --d 64,128 --mask both --no-time \
+"$bin/step99_peers" --b 1 --heads 3 --n 1,113,1000 --d 64,128 --mask both --no-time \
   --json "$out/cudnn-ragged.json" >>"$log" 2>&1
 say "step99 ragged (checks only): rc=$?"
 "$bin/gemm_ceiling_check" >"$out/gemm.json" 2>>"$log"
