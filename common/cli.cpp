@@ -96,13 +96,14 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       ->check(kPositive)->group(run);
   app.add_option("--target-ms", o.run.timing.target_ms, "Stop timing after this much kernel time")
       ->group(run);
-  bool no_flush = false, no_time = false, no_check = false, no_resources = false;
+  bool no_flush = false, no_time = false, no_check = false, no_resources = false, no_peers = false;
   app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions")->group(run);
   app.add_flag("--no-time", no_time, "Check only; do not time")->group(run);
   app.add_flag("--no-check", no_check, "Time only; skip the CPU reference")->group(run);
   app.add_option("--ref-rows", o.run.max_reference_rows, "Most rows checked against the fp64 reference")
       ->check(kPositive)->group(run);
   app.add_flag("--no-resources", no_resources, "Do not print the kernels' resource table")->group(run);
+  app.add_flag("--no-peers", no_peers, "Leave out the library rows (cuDNN, cuBLAS) of each track")->group(run);
   app.add_option("--json", o.json_path, "Write every result, with provenance, to this JSON file")->group(run);
   app.add_option("--save", o.run.save_dir, "Write inputs and outputs as .npy files under this folder")
       ->group(run);
@@ -123,6 +124,7 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   o.run.time = !no_time;
   o.run.check = !no_check;
   o.resources = !no_resources;
+  o.peers = !no_peers;
   if (o.large_logits) {
     o.run.q_scale = 5.0f;
     o.run.k_scale = 3.0f;
@@ -181,7 +183,16 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
 
   std::vector<VariantRef> out;
   std::set<std::string> matched;
+  std::set<std::string> tracks;  // of the selected lessons: their peer steps come along
   for (const Step& step : registry.steps()) {
+    if (step.peers_only()) {
+      // Library rows: every run of a track that has a lesson selected includes them (they are
+      // last in the registry, so the tracks are known by now), unless --no-peers.
+      const bool asked = wanted.count(step.number) > 0;  // --steps 99 runs the peers alone
+      if (asked || (o.peers && tracks.count(step.track) && (o.track.empty() || o.track == step.track)))
+        for (std::size_t i = 0; i < step.variants.size(); ++i) out.push_back({&step, i});
+      continue;
+    }
     if (!wanted.empty() && !wanted.count(step.number)) continue;
     if (!o.track.empty() && step.track != o.track) continue;
     for (std::size_t i = 0; i < step.variants.size(); ++i) {
@@ -194,6 +205,7 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
         matched.insert(*hit);
       }
       out.push_back({&step, i});
+      tracks.insert(step.track);
     }
   }
   for (const auto& v : o.variants)

@@ -30,6 +30,7 @@ struct CliOptions {
   RunOptions run;
   std::string json_path;
   bool resources = true;
+  bool peers = true;  // include the library rows (steps numbered kPeerStepsFrom and up) of each track
 };
 
 struct ParseOutcome {

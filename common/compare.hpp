@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -15,17 +16,36 @@ struct ErrorStats {
   double rel_l2 = 0;            // ‖kernel − fp64‖ / ‖fp64‖
   double lowprec_max_abs = 0;   // max |low-precision reference − fp64|
   double tolerance = 0;         // 2·lowprec_max_abs + abs_term
+  std::int64_t reference_nonfinite = 0;  // NaN/inf in either reference: nothing can be judged
+  double worst_error = 0;       // row-wise rule: the error of the row nearest its tolerance
   bool pass = false;
   std::string verdict() const;  // "pass", or why not
 };
 
 // The pass rule, in the style of FlashAttention's tests: no non-finite value anywhere, and
-// max |kernel − fp64| ≤ 2·max |lowprec − fp64| + abs_term.
+// max |kernel − fp64| ≤ 2·max |lowprec − fp64| + abs_term. An empty comparison, or a reference
+// that is not finite, fails: a check that looked at nothing must not pass.
 ErrorStats compare_with_reference(std::span<const double> kernel, std::span<const double> fp64,
                                   std::span<const double> lowprec, double abs_term);
 
+// The same rule row by row (each row_length values): a row's tolerance is 2·its low-precision
+// error + abs_term_of_row_max(max |fp64| in the row). Every row must pass. tolerance,
+// lowprec_max_abs and worst_error describe the row nearest to (or furthest past) its tolerance.
+ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span<const double> fp64,
+                                       std::span<const double> lowprec, std::size_t row_length,
+                                       const std::function<double(double)>& abs_term_of_row_max);
+
+// The whole attention check, as the runner does it: `output` is the kernel's entire O
+// ([B, H, N, D], widened), `rows` the global row indices the references were computed for
+// (ref64 and reflow hold rows.size() × head_dim values). Every element of the output is tested for
+// NaN/inf (the poison), the checked rows against the references with attention_abs_term.
+ErrorStats check_attention_output(std::span<const float> output, int head_dim,
+                                  std::span<const std::int64_t> rows, std::span<const double> ref64,
+                                  std::span<const double> reflow);
+
 // The absolute terms of the pass rule, one per problem kind (their reasons are in compare.cpp).
-double attention_abs_term();
+// Attention: one fp16 unit in the last place of the row's largest |reference| output.
+double attention_abs_term(double max_abs_row);
 double lse_abs_term();
 double matmul_abs_term(int k);
 double reduction_abs_term(double sum_of_magnitudes);

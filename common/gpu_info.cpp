@@ -5,14 +5,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <string>
+#include <utility>
 #include <cstdlib>
 #include <ctime>
 
+#include "common/build_info.hpp"
 #include "common/check.hpp"
-
-#ifndef LADDER_GIT_COMMIT
-#define LADDER_GIT_COMMIT "unknown"
-#endif
 
 namespace ladder {
 
@@ -23,6 +22,13 @@ DeviceCount cuda_device_count() {
     result.count = 0;
     result.error = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
     cudaGetLastError();
+    // Without any NVIDIA driver the runtime says "insufficient driver", as it does for a driver
+    // that is merely too old. Only the first is a machine without a GPU.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    result.no_gpu = err == cudaErrorNoDevice || driver == nullptr;
+    if (driver) dlclose(driver);
+  } else {
+    result.no_gpu = result.count == 0;
   }
   return result;
 }
@@ -38,8 +44,12 @@ struct Nvml {
   using Driver = int (*)(char*, unsigned);
   using Temperature = int (*)(void*, int, unsigned*);
   using Power = int (*)(void*, unsigned*);
+  using ByBusId = int (*)(const char*, void**);
+  using Reasons = int (*)(void*, unsigned long long*);
   void* lib = nullptr;
   Handle handle = nullptr;
+  ByBusId by_bus_id = nullptr;
+  Reasons reasons = nullptr;
   Clock clock = nullptr, max_clock = nullptr;
   Driver driver = nullptr;
   Temperature temperature = nullptr;
@@ -54,6 +64,10 @@ struct Nvml {
       return;
     }
     handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    by_bus_id = reinterpret_cast<ByBusId>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    reasons = reinterpret_cast<Reasons>(dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"));
+    if (!reasons)  // drivers before 535 name it after "throttle"
+      reasons = reinterpret_cast<Reasons>(dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
     clock = reinterpret_cast<Clock>(dlsym(lib, "nvmlDeviceGetClockInfo"));
     max_clock = reinterpret_cast<Clock>(dlsym(lib, "nvmlDeviceGetMaxClockInfo"));
     driver = reinterpret_cast<Driver>(dlsym(lib, "nvmlSystemGetDriverVersion"));
@@ -68,22 +82,37 @@ struct Nvml {
 
 constexpr int kNvmlClockSm = 1, kNvmlClockMem = 2, kNvmlTemperatureGpu = 0;
 
-// NVML numbers devices by PCI order; CUDA by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID. With one GPU
-// (our machine) they agree; with several, the provenance's clock may belong to another device.
-void* nvml_device(int device) {
+// NVML numbers devices by PCI order, CUDA by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID: the PCI
+// bus id is the one name both agree on.
+void* nvml_device(const std::string& pci_bus_id) {
   Nvml& n = Nvml::get();
   void* h = nullptr;
-  if (!n.lib || !n.handle || n.handle(unsigned(device), &h) != 0) return nullptr;
+  if (!n.lib || !n.by_bus_id || pci_bus_id.empty() || n.by_bus_id(pci_bus_id.c_str(), &h) != 0)
+    return nullptr;
   return h;
 }
 
 }  // namespace
 
-void refresh_clocks(GpuInfo& info, int device) {
+std::string describe_clock_events(unsigned long long mask) {
+  if (mask == 0) return "none";
+  static constexpr std::pair<unsigned long long, const char*> kNames[] = {
+      {0x1, "idle"},          {0x2, "app clocks"},      {0x4, "sw power cap"},
+      {0x8, "hw slowdown"},   {0x10, "sync boost"},     {0x20, "sw thermal"},
+      {0x40, "hw thermal"},   {0x80, "hw power brake"}, {0x100, "display clocks"}};
+  std::string out;
+  for (const auto& [bit, name] : kNames)
+    if (mask & bit) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out.empty() ? "other" : out;
+}
+
+void refresh_clocks(GpuInfo& info) {
   Nvml& n = Nvml::get();
-  void* h = nvml_device(device);
+  void* h = nvml_device(info.pci_bus_id);
   if (!h) return;
   unsigned value = 0;
+  unsigned long long mask = 0;
+  if (n.reasons && n.reasons(h, &mask) == 0) info.clock_event_reasons = mask;
   if (n.clock && n.clock(h, kNvmlClockSm, &value) == 0) info.sm_clock_mhz = int(value);
   if (n.clock && n.clock(h, kNvmlClockMem, &value) == 0) info.mem_clock_mhz = int(value);
   if (n.max_clock && n.max_clock(h, kNvmlClockSm, &value) == 0) info.max_sm_clock_mhz = int(value);
@@ -105,19 +134,24 @@ GpuInfo query_gpu(int device) {
   info.smem_per_block_optin = prop.sharedMemPerBlockOptin;
   info.memory_bytes = prop.totalGlobalMem;
   info.max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+  std::array<char, 32> bus{};
+  if (cudaDeviceGetPCIBusId(bus.data(), int(bus.size()), device) == cudaSuccess)
+    info.pci_bus_id = bus.data();
+  else
+    cudaGetLastError();
   CUDA_CHECK(cudaRuntimeGetVersion(&info.cuda_runtime));
   CUDA_CHECK(cudaDriverGetVersion(&info.cuda_driver));
   Nvml& n = Nvml::get();
   std::array<char, 96> buffer{};
   if (n.lib && n.driver && n.driver(buffer.data(), unsigned(buffer.size())) == 0)
     info.driver_version = buffer.data();
-  refresh_clocks(info, device);
+  refresh_clocks(info);
   return info;
 }
 
 std::string git_commit() {
   if (const char* env = std::getenv("LADDER_GIT_COMMIT"); env && *env) return env;
-  return LADDER_GIT_COMMIT;
+  return build_info().commit;
 }
 
 std::string utc_now() {

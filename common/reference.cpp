@@ -154,16 +154,26 @@ double sum_of_magnitudes(std::span<const float> x) {
 }
 
 std::vector<std::int64_t> select_rows(std::int64_t total_rows, std::int64_t rows_per_head,
-                                      std::int64_t max_rows, std::uint64_t seed) {
+                                      std::int64_t max_rows, std::uint64_t seed,
+                                      std::int64_t tile_rows) {
   std::vector<std::int64_t> rows;
   if (total_rows <= max_rows) {
     rows.resize(total_rows);
     for (std::int64_t r = 0; r < total_rows; ++r) rows[r] = r;
     return rows;
   }
-  std::set<std::int64_t> chosen = {0, rows_per_head - 1, total_rows - rows_per_head,
-                                   total_rows - 1};
+  std::set<std::int64_t> chosen;
   std::mt19937_64 rng(seed ^ 0x5EEDull);
+  const std::int64_t heads = total_rows / rows_per_head;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::int64_t first = h * rows_per_head;
+    chosen.insert(first);
+    chosen.insert(first + rows_per_head - 1);
+    for (std::int64_t t0 = 0; t0 < rows_per_head; t0 += tile_rows) {
+      const std::int64_t rows_in_tile = std::min(tile_rows, rows_per_head - t0);
+      chosen.insert(first + t0 + std::int64_t(rng() % std::uint64_t(rows_in_tile)));
+    }
+  }
   std::uniform_int_distribution<std::int64_t> pick(0, total_rows - 1);
   while (std::int64_t(chosen.size()) < max_rows) chosen.insert(pick(rng));
   return {chosen.begin(), chosen.end()};

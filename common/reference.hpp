@@ -44,11 +44,16 @@ MatmulRows matmul_reference(const MatmulShape& shape, std::span<const float> a,
 double reduction_reference(std::span<const float> x, Precision precision);
 double sum_of_magnitudes(std::span<const float> x);
 
-// Every row if there are at most `max_rows`; otherwise the first and last row of the first and last
-// (batch, head) plus a seeded sample of the rest, sorted. Large problems are checked on a sample
-// because an fp64 reference of every row would take minutes.
+// Every row if there are at most `max_rows`; otherwise a seeded, sorted sample that covers every
+// (head, tile of `tile_rows` rows) at least once and the first and last row of every head, topped
+// up with random rows to `max_rows`. Coverage wins over the budget: a problem with more tiles than
+// `max_rows` gets one row per tile. (Large problems are checked on a sample because an fp64
+// reference of every row would take minutes; covering every tile means a kernel wrong in a single
+// thread block's rows still fails.)
+inline constexpr std::int64_t kCoverageTileRows = 128;  // the largest Br of any step
 std::vector<std::int64_t> select_rows(std::int64_t total_rows, std::int64_t rows_per_head,
-                                      std::int64_t max_rows, std::uint64_t seed);
+                                      std::int64_t max_rows, std::uint64_t seed,
+                                      std::int64_t tile_rows = kCoverageTileRows);
 
 // Online softmax over one row processed in blocks, the algorithm every FlashAttention step
 // implements: returns softmax(x) computed block by block with a running max m and sum l, each

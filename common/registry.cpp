@@ -23,6 +23,7 @@ std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) 
                        s.head_dim);
   if (max_seqlen > 0 && s.seqlen > max_seqlen)
     return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, s.seqlen);
+  if (attention_refusal) return attention_refusal(s);
   return std::nullopt;
 }
 
@@ -41,6 +42,47 @@ std::string Constraints::describe() const {
   return out;
 }
 
+Step& Step::main_is(const std::string& variant_name) {
+  for (std::size_t i = 0; i < variants.size(); ++i)
+    if (variants[i].name == variant_name) {
+      main_variant = int(i);
+      return *this;
+    }
+  throw std::logic_error(fmt::format("step {}: main_is(\"{}\") names no variant", number, variant_name));
+}
+
+bool Step::peers_only() const {
+  return std::all_of(variants.begin(), variants.end(), [](const Variant& v) { return v.peer; });
+}
+
+namespace {
+Step make_step(Kind kind, const char* track, int number, std::string name, std::string title,
+               std::string improves_on) {
+  Step s;
+  s.number = number;
+  s.chapter = fmt::format("docs/{:02}_{}.md", number, name);
+  s.name = std::move(name);
+  s.title = std::move(title);
+  s.track = track;
+  s.kind = kind;
+  s.improves_on = std::move(improves_on);
+  return s;
+}
+}  // namespace
+
+Step attention_step(int number, std::string name, std::string title, std::string improves_on) {
+  return make_step(Kind::Attention, "attention", number, std::move(name), std::move(title),
+                   std::move(improves_on));
+}
+Step matmul_step(int number, std::string name, std::string title, std::string improves_on) {
+  return make_step(Kind::Matmul, "matmul", number, std::move(name), std::move(title),
+                   std::move(improves_on));
+}
+Step reduction_step(int number, std::string name, std::string title, std::string improves_on) {
+  return make_step(Kind::Reduction, "reduction", number, std::move(name), std::move(title),
+                   std::move(improves_on));
+}
+
 Registry& Registry::instance() {
   static Registry registry;  // constructed on first use, so static registrars can call it
   return registry;
@@ -51,6 +93,12 @@ void Registry::add(Step step) {
     throw std::logic_error(fmt::format("two steps registered as number {}", step.number));
   if (step.variants.empty())
     throw std::logic_error(fmt::format("step {} registers no variants", step.number));
+  if ((step.number >= kPeerStepsFrom) != step.peers_only())
+    throw std::logic_error(fmt::format(
+        "step {}: steps numbered {} and up hold library rows only, and only they do", step.number,
+        kPeerStepsFrom));
+  if (step.main_variant < 0 || step.main_variant >= int(step.variants.size()))
+    throw std::logic_error(fmt::format("step {}: main variant {} out of range", step.number, step.main_variant));
   auto pos = std::lower_bound(steps_.begin(), steps_.end(), step.number,
                               [](const Step& s, int n) { return s.number < n; });
   steps_.insert(pos, std::move(step));

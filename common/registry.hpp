@@ -1,13 +1,15 @@
 // The step registry: how a step tells the harness what it is and how to launch it.
 //
-// A step file ends with a registration block:
+// A step file ends with a registration block that reads as a table:
 //
-//   LADDER_REGISTER_STEP(([] {
-//     ladder::Step s;
-//     s.number = 5; s.name = "fa_v2_1"; ...
-//     s.variants.push_back(ladder::attention_variant("bc32", "...", launch_bc32));
-//     return s;
-//   }()));
+//   LADDER_REGISTER_STEP(
+//       ladder::attention_step(5, "fa_v2_1", "FlashAttention v2.1: tensor cores", "04/br128")
+//           .add(ladder::attention_variant("bc32", "Bc=32 ...", launch<32>)
+//                    .needs_sm(80)
+//                    .for_head_dims({64, 128})
+//                    .with_kernels([](int d) { return std::vector{ladder::kernel("k", k<..>, 128, smem)}; }))
+//           .add(...)
+//           .main_is("bc64"));
 //
 // Registration is static (it runs before main) and touches no CUDA, so `ladder --list` works on a
 // machine without a GPU. Steps are compiled as CMake OBJECT libraries, which the linker never
@@ -20,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <variant>
@@ -69,6 +72,8 @@ struct Constraints {
   int min_sm = 75;  // compute capability ×10 (75 = Turing, CUDA 13's oldest; 80 = Ampere; 90 = Hopper)
   std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
   std::int64_t max_seqlen = 0;    // attention: 0 = no limit
+  // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
+  std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;
 
   // A reason the variant cannot run this problem on a GPU of compute capability `sm`, or nothing.
   std::optional<std::string> refuse(const AttentionShape& s, int sm) const;
@@ -77,10 +82,12 @@ struct Constraints {
   std::string describe() const;
 };
 
+// One problem of any kind, for the hooks that are set per kind (workspace, notes).
+using Problem = std::variant<AttentionShape, MatmulShape, ReductionShape>;
+
 // Bytes of workspace a variant needs for a problem (the naive step's N×N score matrix, FA v1's
 // running statistics). The harness allocates it and counts it before allocating anything.
-using WorkspaceFn = std::function<std::size_t(const AttentionShape*, const MatmulShape*,
-                                              const ReductionShape*)>;
+using WorkspaceFn = std::function<std::size_t(const Problem&)>;
 
 // The kernels a variant launches for a given head dimension (0 outside attention), so the harness
 // can report registers, spills, shared memory and blocks per SM without running anything.
@@ -91,6 +98,13 @@ struct KernelInfo {
   std::size_t dynamic_smem;  // bytes of dynamic shared memory per block
 };
 using KernelsFn = std::function<std::vector<KernelInfo>(int head_dim)>;
+
+// kernel("name", my_kernel<Tile, true>, threads, smem): any __global__ function, no casts.
+template <class... Args>
+KernelInfo kernel(std::string name, void (*func)(Args...), int threads,
+                  std::size_t dynamic_smem = 0) {
+  return {std::move(name), reinterpret_cast<const void*>(func), threads, dynamic_smem};
+}
 
 struct Variant {
   std::string name;         // short, unique within the step: "bc32"
@@ -103,6 +117,39 @@ struct Variant {
   bool writes_lse = false;    // attention: also writes the log-sum-exp of each row
   bool peer = false;          // a library the ladder compares against (cuBLAS, CUB), not a lesson
   std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
+
+  // The registration block's setters; each returns the variant so they chain.
+  Variant& needs_sm(int sm) { constraints.min_sm = sm; return *this; }
+  Variant& for_head_dims(std::initializer_list<int> dims) { constraints.head_dims = dims; return *this; }
+  Variant& up_to_seqlen(std::int64_t n) { constraints.max_seqlen = n; return *this; }
+  Variant& refuse_if(std::function<std::optional<std::string>(const AttentionShape&)> why) {
+    constraints.attention_refusal = std::move(why);
+    return *this;
+  }
+  Variant& with_kernels(KernelsFn fn) { kernels = std::move(fn); return *this; }
+  Variant& with_kernels(std::vector<KernelInfo> list) {  // the same kernels for every problem
+    kernels = [list = std::move(list)](int) { return list; };
+    return *this;
+  }
+  Variant& with_workspace(std::function<std::size_t(const AttentionShape&)> fn) { return set_workspace(std::move(fn)); }
+  Variant& with_workspace(std::function<std::size_t(const MatmulShape&)> fn) { return set_workspace(std::move(fn)); }
+  Variant& with_workspace(std::function<std::size_t(const ReductionShape&)> fn) { return set_workspace(std::move(fn)); }
+  Variant& with_lse() { writes_lse = true; return *this; }
+  Variant& nondeterministic() { deterministic = false; return *this; }
+  Variant& as_peer() { peer = true; return *this; }
+  Variant& compared_with(std::string id) { improves_on = std::move(id); return *this; }
+
+  std::size_t workspace_bytes(const Problem& p) const { return workspace ? workspace(p) : 0; }
+
+ private:
+  template <class Shape>
+  Variant& set_workspace(std::function<std::size_t(const Shape&)> fn) {
+    workspace = [fn = std::move(fn)](const Problem& p) -> std::size_t {
+      const Shape* s = std::get_if<Shape>(&p);
+      return s ? fn(*s) : 0;
+    };
+    return *this;
+  }
 };
 
 struct Step {
@@ -116,10 +163,29 @@ struct Step {
   std::vector<Variant> variants;
   int main_variant = 0;  // index of the variant that represents the step (its best)
   // Extra lines printed under the step's table for a problem (a byte ledger, say); may be empty.
-  std::function<std::vector<std::string>(const AttentionShape*, const MatmulShape*,
-                                         const ReductionShape*)>
-      notes;
+  std::function<std::vector<std::string>(const Problem&)> notes;
+
+  // The registration block's setters.
+  Step& add(Variant v) { variants.push_back(std::move(v)); return *this; }
+  Step& main_is(const std::string& variant_name);  // throws std::logic_error for an unknown name
+  template <class Shape>
+  Step& with_notes(std::vector<std::string> (*fn)(const Shape&)) {
+    notes = [fn](const Problem& p) {
+      const Shape* s = std::get_if<Shape>(&p);
+      return s ? fn(*s) : std::vector<std::string>{};
+    };
+    return *this;
+  }
+  // Peer steps (numbered kPeerStepsFrom and up) hold library rows only, and every run of their
+  // track includes them.
+  bool peers_only() const;
 };
+inline constexpr int kPeerStepsFrom = 90;
+
+// A step of each track; the chapter is docs/NN_name.md.
+Step attention_step(int number, std::string name, std::string title, std::string improves_on = "");
+Step matmul_step(int number, std::string name, std::string title, std::string improves_on = "");
+Step reduction_step(int number, std::string name, std::string title, std::string improves_on = "");
 
 // The registry: every step linked into the executable, sorted by number.
 class Registry {

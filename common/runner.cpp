@@ -69,11 +69,6 @@ Row make_row(const VariantRef& ref) {
   return row;
 }
 
-std::size_t workspace_bytes(const Variant& v, const AttentionShape* a, const MatmulShape* m,
-                            const ReductionShape* r) {
-  return v.workspace ? v.workspace(a, m, r) : 0;
-}
-
 // The shared part of every variant's run. `launch` runs the variant once on `stream`; `download`
 // returns its output (as raw bits for the rerun check and as floats); `check` fills row.error.
 struct Output {
@@ -163,16 +158,12 @@ void for_each_variant(Session& session, ProblemRun& run, std::span<const Variant
 }
 
 template <typename Shape>
-void add_step_notes(ProblemRun& run, std::span<const VariantRef> variants, const Shape* shape) {
+void add_step_notes(ProblemRun& run, std::span<const VariantRef> variants, const Shape& shape) {
   const Step* last = nullptr;
   for (const auto& ref : variants) {
     if (ref.step == last || !ref.step->notes) continue;
     last = ref.step;
-    std::vector<std::string> lines;
-    if constexpr (std::is_same_v<Shape, AttentionShape>) lines = ref.step->notes(shape, nullptr, nullptr);
-    if constexpr (std::is_same_v<Shape, MatmulShape>) lines = ref.step->notes(nullptr, shape, nullptr);
-    if constexpr (std::is_same_v<Shape, ReductionShape>) lines = ref.step->notes(nullptr, nullptr, shape);
-    for (auto& line : lines) run.notes.push_back(fmt::format("step {:02}: {}", ref.step->number, line));
+    for (auto& line : ref.step->notes(Problem(shape))) run.notes.push_back(fmt::format("step {:02}: {}", ref.step->number, line));
   }
 }
 
@@ -198,7 +189,7 @@ ProblemRun begin_run(Kind kind, const Shape& shape, nlohmann::json shape_json,
   run.kind = kind;
   run.shape = shape.to_string();
   run.shape_json = std::move(shape_json);
-  add_step_notes(run, variants, &shape);
+  add_step_notes(run, variants, shape);
   return run;
 }
 
@@ -297,7 +288,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
                                  k.name, k.dynamic_smem / 1024, session.gpu.smem_per_block_optin / 1024);
           return;
         }
-    const std::size_t ws = workspace_bytes(variant, &shape, nullptr, nullptr);
+    const std::size_t ws = variant.workspace_bytes(shape);
     if (ws + kHeadroomBytes > free_device_bytes()) {
       row.status = Row::Status::Skipped;
       row.note = fmt::format("needs {:.1f} GiB of workspace, more than the GPU has free", gib(double(ws)));
@@ -324,16 +315,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
       return out;
     };
     hooks.check = [&](Row& r, const Output& out) {
-      const std::size_t d = std::size_t(shape.head_dim);
-      std::vector<double> got(ref64.rows.size() * d);
-      for (std::size_t i = 0; i < ref64.rows.size(); ++i)
-        for (std::size_t t = 0; t < d; ++t)
-          got[i * d + t] = out.values[std::size_t(ref64.rows[i]) * d + t];
-      ErrorStats e = compare_with_reference(got, ref64.o, reflow.o, attention_abs_term());
-      e.total = std::int64_t(out.values.size());
-      e.nonfinite = count_nonfinite(out.values);
-      e.pass = e.pass && e.nonfinite == 0;
-      r.error = e;
+      r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o);
       if (variant.writes_lse) {
         std::vector<double> lse(ref64.rows.size());
         for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.rows[i])];
@@ -393,7 +375,7 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
-    DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, &shape, nullptr));
+    DeviceBuffer<std::uint8_t> workspace(variant.workspace_bytes(shape));
     const MatmulArgs args{shape, da.get(), db.get(), dc.get(), workspace.get()};
     const auto& launch = std::get<MatmulLaunch>(variant.launch);
     VariantHooks hooks;
@@ -467,7 +449,7 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
-    DeviceBuffer<std::uint8_t> workspace(workspace_bytes(variant, nullptr, nullptr, &shape));
+    DeviceBuffer<std::uint8_t> workspace(variant.workspace_bytes(shape));
     const ReductionArgs args{shape, dx.get(), dout.get(), workspace.get()};
     const auto& launch = std::get<ReductionLaunch>(variant.launch);
     VariantHooks hooks;

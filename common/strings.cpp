@@ -19,4 +19,10 @@ std::string strprintf(const char* format, ...) {
   return std::string(buffer.data(), length > 0 ? length : 0);
 }
 
+std::string grouped(double value) {
+  std::string digits = strprintf("%.0f", value);
+  for (auto pos = std::ptrdiff_t(digits.size()) - 3; pos > 0; pos -= 3) digits.insert(pos, ",");
+  return digits;
+}
+
 }  // namespace ladder

@@ -10,4 +10,7 @@ namespace ladder {
 
 std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+// 137438953472 -> "137,438,953,472": counts this large are unreadable in %g.
+std::string grouped(double value);
+
 }  // namespace ladder

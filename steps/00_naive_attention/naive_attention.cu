@@ -126,45 +126,31 @@ void launch_naive(const AttentionArgs& a, cudaStream_t stream) {
 
 // The traffic of the N×N matrix alone, with Q, K and V assumed to come from cache: S written
 // once; the softmax reads it three times and writes P; the product reads P once per 64 columns.
-std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::MatmulShape*,
-                                const ladder::ReductionShape*) {
-  const double nn = double(score_bytes(*s));
-  const double passes = 1 + 3 + 1 + ceil_div(s->head_dim, kOutCols);
-  const double bytes = nn * passes + ladder::min_bytes(*s);
+std::vector<std::string> ledger(const ladder::AttentionShape& s) {
+  const double nn = double(score_bytes(s));
+  const double passes = 1 + 3 + 1 + ceil_div(s.head_dim, kOutCols);
+  const double bytes = nn * passes + ladder::min_bytes(s);
   return {
       ladder::strprintf("N×N score matrix: %.1f MiB per launch, moved %.0f times",
                         nn / (1 << 20), passes),
       ladder::strprintf("ledger: %.2f GB through global memory vs %.3f GB for Q, K, V and O alone",
-                        bytes / 1e9, ladder::min_bytes(*s) / 1e9),
+                        bytes / 1e9, ladder::min_bytes(s) / 1e9),
       ladder::strprintf("arithmetic intensity: %.1f FLOP/byte (the H200 needs about 200 to be "
                         "compute-bound on its tensor cores)",
-                        ladder::flops(*s) / bytes),
+                        ladder::flops(s) / bytes),
   };
 }
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 0;
-  step.name = "naive_attention";
-  step.title = "Naive attention: S, P and O through global memory";
-  step.track = "attention";
-  step.kind = ladder::Kind::Attention;
-  step.chapter = "docs/00_naive_attention.md";
-  step.notes = ledger;
-
-  auto v = ladder::attention_variant("naive", "three kernels, N×N fp32 scores in global memory",
-                                     launch_naive);
-  v.workspace = [](const ladder::AttentionShape* s, const ladder::MatmulShape*,
-                   const ladder::ReductionShape*) { return score_bytes(*s); };
-  v.kernels = [](int) {
-    return std::vector<ladder::KernelInfo>{
-        {"scores_kernel", reinterpret_cast<const void*>(scores_kernel), kScoreTile * kScoreTile, 0},
-        {"softmax_kernel", reinterpret_cast<const void*>(softmax_kernel), kSoftmaxThreads, 0},
-        {"pv_kernel", reinterpret_cast<const void*>(pv_kernel), kOutCols * kOutRows, 0},
-    };
-  };
-  step.variants.push_back(std::move(v));
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::attention_step(0, "naive_attention", "Naive attention: S, P and O through global memory")
+        .with_notes(ledger)
+        .add(ladder::attention_variant("naive", "three kernels, N×N fp32 scores in global memory",
+                                       launch_naive)
+                 .with_workspace(score_bytes)
+                 .with_kernels({
+                     ladder::kernel("scores_kernel", scores_kernel, kScoreTile * kScoreTile),
+                     ladder::kernel("softmax_kernel", softmax_kernel, kSoftmaxThreads),
+                     ladder::kernel("pv_kernel", pv_kernel, kOutCols * kOutRows),
+                 })));
 
 }  // namespace

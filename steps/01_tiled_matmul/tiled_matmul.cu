@@ -173,22 +173,14 @@ void launch_cublas(const MatmulArgs& args, cudaStream_t stream) {
                            sh.n, args.a, sh.k, &beta, args.c, sh.n));
 }
 
-// 137438953472 -> "137,438,953,472": counts this large are unreadable in %g.
-std::string grouped(double value) {
-  std::string digits = ladder::strprintf("%.0f", value);
-  for (auto pos = std::ptrdiff_t(digits.size()) - 3; pos > 0; pos -= 3) digits.insert(pos, ",");
-  return digits;
-}
-
 // The model count of element reads from global memory: what the kernels ask for, before any cache
 // helps (in practice L1 and L2 absorb much of the naive kernel's re-reading, which is why its
 // measured slowdown is smaller than this ledger says).
-std::vector<std::string> ledger(const ladder::AttentionShape*, const ladder::MatmulShape* s,
-                                const ladder::ReductionShape*) {
-  const double naive = 2.0 * s->m * double(s->n) * s->k;
-  const double minimum = double(s->m) * s->k + double(s->k) * s->n;
+std::vector<std::string> ledger(const ladder::MatmulShape& s) {
+  const double naive = 2.0 * s.m * double(s.n) * s.k;
+  const double minimum = double(s.m) * s.k + double(s.k) * s.n;
   auto reads = [](double elements) {
-    return ladder::strprintf("%s element reads (%.3g GB)", grouped(elements).c_str(),
+    return ladder::strprintf("%s element reads (%.3g GB)", ladder::grouped(elements).c_str(),
                              elements * sizeof(float) / 1e9);
   };
   return {
@@ -204,47 +196,22 @@ std::vector<std::string> ledger(const ladder::AttentionShape*, const ladder::Mat
 
 template <int kTile>
 ladder::Variant tiled_variant(const char* name, const char* description) {
-  auto v = ladder::matmul_variant(name, description, launch_tiled<kTile>);
-  v.kernels = [](int) {
-    return std::vector<ladder::KernelInfo>{
-        {"tiled_matmul_kernel", reinterpret_cast<const void*>(tiled_matmul_kernel<kTile>),
-         kTile * kTile, 0},
-    };
-  };
-  return v;
+  return ladder::matmul_variant(name, description, launch_tiled<kTile>)
+      .with_kernels({ladder::kernel("tiled_matmul_kernel", tiled_matmul_kernel<kTile>, kTile * kTile)});
 }
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 1;
-  step.name = "tiled_matmul";
-  step.title = "Tiled matmul: reuse through shared memory";
-  step.track = "matmul";
-  step.kind = ladder::Kind::Matmul;
-  step.chapter = "docs/01_tiled_matmul.md";
-  step.notes = ledger;
-
-  auto naive = ladder::matmul_variant(
-      "naive", "one thread per C element, A and B read straight from global memory", launch_naive);
-  naive.kernels = [](int) {
-    return std::vector<ladder::KernelInfo>{
-        {"naive_matmul_kernel", reinterpret_cast<const void*>(naive_matmul_kernel),
-         kNaiveTile * kNaiveTile, 0},
-    };
-  };
-  step.variants.push_back(std::move(naive));
-
-  step.variants.push_back(tiled_variant<16>(
-      "tiled16", "16×16 shared-memory tiles: every loaded element reused 16 times"));
-  step.variants.push_back(tiled_variant<32>(
-      "tiled32", "32×32 shared-memory tiles: every loaded element reused 32 times"));
-  step.main_variant = 2;  // tiled32, the best lesson; cuBLAS is compared with it
-
-  auto cublas = ladder::matmul_variant(
-      "cublas", "cublasSgemm, fp32 (default math mode, no TF32)", launch_cublas);
-  cublas.peer = true;
-  step.variants.push_back(std::move(cublas));
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::matmul_step(1, "tiled_matmul", "Tiled matmul: reuse through shared memory")
+        .with_notes(ledger)
+        .add(ladder::matmul_variant("naive", "one thread per C element, A and B read straight from "
+                                             "global memory", launch_naive)
+                 .with_kernels({ladder::kernel("naive_matmul_kernel", naive_matmul_kernel,
+                                               kNaiveTile * kNaiveTile)}))
+        .add(tiled_variant<16>("tiled16", "16×16 shared-memory tiles: every loaded element reused 16 times"))
+        .add(tiled_variant<32>("tiled32", "32×32 shared-memory tiles: every loaded element reused 32 times"))
+        .add(ladder::matmul_variant("cublas", "cublasSgemm, fp32 (default math mode, no TF32)",
+                                    launch_cublas)
+                 .as_peer())
+        .main_is("tiled32"));  // the best lesson; cuBLAS is compared with it
 
 }  // namespace

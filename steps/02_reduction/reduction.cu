@@ -253,94 +253,58 @@ void launch_cub(const ReductionArgs& a, cudaStream_t stream) {
   CUDA_CHECK(cub::DeviceReduce::Sum(a.workspace, bytes, a.x, a.out, a.shape.count, stream));
 }
 
-// 137438953472 -> "137,438,953,472": counts this large are unreadable in %g.
-std::string grouped(double value) {
-  std::string digits = ladder::strprintf("%.0f", value);
-  for (auto pos = std::ptrdiff_t(digits.size()) - 3; pos > 0; pos -= 3) digits.insert(pos, ",");
-  return digits;
-}
-
 int tree_passes(std::int64_t n) {
   int passes = 1;
   for (std::int64_t count = n; blocks_for(count) > 1; count = blocks_for(count)) ++passes;
   return passes;
 }
 
-std::vector<std::string> ledger(const ladder::AttentionShape*, const ladder::MatmulShape*,
-                                const ladder::ReductionShape* s) {
-  const double n = double(s->count);
+std::vector<std::string> ledger(const ladder::ReductionShape& s) {
+  const double n = double(s.count);
   return {
       ladder::strprintf("bytes read: 4·n = %.4g GB (every variant reads x once and writes one "
                         "float; smem_tree's partials add under 1%%)",
                         4.0 * n / 1e9),
       ladder::strprintf("atomics on *out: atomic %s (one per element), the others none; launches: "
                         "smem_tree and warp_shuffle %d (one per level of partials), two_level %d",
-                        grouped(n).c_str(), tree_passes(s->count), n > kThreads * kVector ? 2 : 1),
+                        ladder::grouped(n).c_str(), tree_passes(s.count), n > kThreads * kVector ? 2 : 1),
       "the ceiling: GB/s is compared with a device-to-device copy timed in the same run (the "
       "copy row)",
   };
 }
 
-ladder::Variant make_variant(const char* name, const char* description,
-                                  ladder::ReductionLaunch launch,
-                                  std::vector<ladder::KernelInfo> kernels) {
-  auto v = ladder::reduction_variant(name, description, std::move(launch));
-  if (!kernels.empty()) v.kernels = [kernels](int) { return kernels; };
-  return v;
+std::size_t tree_workspace_for(const ladder::ReductionShape& s) { return tree_workspace(s.count); }
+
+template <class Kernel>
+ladder::KernelInfo info(const char* name, Kernel* func) {
+  return ladder::kernel(name, func, kThreads);
 }
 
-ladder::KernelInfo info(const char* name, const void* func) { return {name, func, kThreads, 0}; }
-
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 2;
-  step.name = "reduction";
-  step.title = "Reduction: atomics, a shared-memory tree, warp shuffles, two levels";
-  step.track = "reduction";
-  step.kind = ladder::Kind::Reduction;
-  step.chapter = "docs/02_reduction.md";
-  step.notes = ledger;
-
-  // Float addition is not associative, and the order in which atomics reach *out changes from run
-  // to run, so the last bits of the sum do too: the atomic variant is not deterministic.
-  auto atomic = make_variant(
-      "atomic", "one atomicAdd per element into *out", launch_atomic,
-      {info("atomic_sum_kernel", reinterpret_cast<const void*>(atomic_sum_kernel))});
-  atomic.deterministic = false;
-  step.variants.push_back(std::move(atomic));
-
-  auto tree = make_variant(
-      "smem_tree", "shared-memory tree per block, repeated on the partials, no atomics",
-      launch_tree, {info("tree_sum_kernel", reinterpret_cast<const void*>(tree_sum_kernel))});
-  tree.workspace = [](const ladder::AttentionShape*, const ladder::MatmulShape*,
-                      const ladder::ReductionShape* s) { return tree_workspace(s->count); };
-  const auto tree_workspace_fn = tree.workspace;
-  step.variants.push_back(std::move(tree));
-
-  auto shuffle = make_variant(
-      "warp_shuffle", "warp-shuffle tree per block (one barrier), repeated on the partials",
-      launch_warp_shuffle,
-      {info("warp_shuffle_sum_kernel", reinterpret_cast<const void*>(warp_shuffle_sum_kernel))});
-  shuffle.workspace = tree_workspace_fn;
-  step.variants.push_back(std::move(shuffle));
-
-  auto two_level = make_variant(
-      "two_level", "grid-stride float4 loads, warp + block reduction, one final block",
-      launch_two_level,
-      {info("two_level_sum_kernel", reinterpret_cast<const void*>(two_level_sum_kernel))});
-  two_level.workspace = [](const ladder::AttentionShape*, const ladder::MatmulShape*,
-                           const ladder::ReductionShape* s) {
-    return std::size_t(two_level_max_blocks(s->count)) * sizeof(float);
-  };
-  step.variants.push_back(std::move(two_level));
-  step.main_variant = 3;  // two_level; cub is compared with it
-
-  auto cub_sum = make_variant("cub", "cub::DeviceReduce::Sum", launch_cub, {});
-  cub_sum.peer = true;
-  cub_sum.workspace = [](const ladder::AttentionShape*, const ladder::MatmulShape*,
-                         const ladder::ReductionShape* s) { return cub_temp_bytes(s->count); };
-  step.variants.push_back(std::move(cub_sum));
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::reduction_step(2, "reduction", "Reduction: atomics, a shared-memory tree, warp shuffles, two levels")
+        .with_notes(ledger)
+        // Float addition is not associative, and the order in which atomics reach *out changes
+        // from run to run, so the last bits of the sum do too.
+        .add(ladder::reduction_variant("atomic", "one atomicAdd per element into *out", launch_atomic)
+                 .with_kernels({info("atomic_sum_kernel", atomic_sum_kernel)})
+                 .nondeterministic())
+        .add(ladder::reduction_variant("smem_tree", "shared-memory tree per block, repeated on the "
+                                                    "partials, no atomics", launch_tree)
+                 .with_kernels({info("tree_sum_kernel", tree_sum_kernel)})
+                 .with_workspace(tree_workspace_for))
+        .add(ladder::reduction_variant("warp_shuffle", "warp-shuffle tree per block (one barrier), "
+                                                       "repeated on the partials", launch_warp_shuffle)
+                 .with_kernels({info("warp_shuffle_sum_kernel", warp_shuffle_sum_kernel)})
+                 .with_workspace(tree_workspace_for))
+        .add(ladder::reduction_variant("two_level", "grid-stride float4 loads, warp + block "
+                                                    "reduction, one final block", launch_two_level)
+                 .with_kernels({info("two_level_sum_kernel", two_level_sum_kernel)})
+                 .with_workspace([](const ladder::ReductionShape& s) {
+                   return std::size_t(two_level_max_blocks(s.count)) * sizeof(float);
+                 }))
+        .add(ladder::reduction_variant("cub", "cub::DeviceReduce::Sum", launch_cub)
+                 .as_peer()
+                 .with_workspace([](const ladder::ReductionShape& s) { return cub_temp_bytes(s.count); }))
+        .main_is("two_level"));  // cub is compared with it
 
 }  // namespace

@@ -33,6 +33,8 @@
 
 #include "common/check.hpp"
 #include "common/device/ptx.cuh"
+#include "common/dispatch.hpp"
+#include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -68,7 +70,7 @@ constexpr int kChunk = 8;  // halves per 16-byte vector load
 
 // exp(x) = 2^(x·log2 e). Q is multiplied by scale·log2(e) when it is staged, so S comes out
 // already in base-2 units and every exponential is one ex2 (MUFU.EX2). m is kept in those units.
-constexpr float kLog2e = 1.4426950408889634f;
+using ladder::kLog2e;
 
 template <int kHeadDim, int kBlockM>
 struct Tile {
@@ -565,21 +567,19 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <int kBlockM>
 void launch_block(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.head_dim == 64)
-    launch<64, kBlockM>(a, stream);
-  else
-    launch<128, kBlockM>(a, stream);  // the constraints admit no other D
+  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim,
+                                     [&]<int kHeadDim>() { launch<kHeadDim, kBlockM>(a, stream); });
+}
+
+template <int kHeadDim, int kBlockM>
+ladder::KernelInfo kernel_of() {
+  return ladder::kernel(ladder::strprintf("fa_v1_kernel<%d, %d>", kHeadDim, kBlockM),
+                        fa_v1_kernel<kHeadDim, kBlockM>, kThreads, Tile<kHeadDim, kBlockM>::kSmemBytes);
 }
 
 template <int kBlockM>
 std::vector<ladder::KernelInfo> kernels(int head_dim) {
-  if (head_dim == 128)
-    return {{ladder::strprintf("fa_v1_kernel<128, %d>", kBlockM),
-             reinterpret_cast<const void*>(fa_v1_kernel<128, kBlockM>), kThreads,
-             Tile<128, kBlockM>::kSmemBytes}};
-  return {{ladder::strprintf("fa_v1_kernel<64, %d>", kBlockM),
-           reinterpret_cast<const void*>(fa_v1_kernel<64, kBlockM>), kThreads,
-           Tile<64, kBlockM>::kSmemBytes}};
+  return {head_dim == 128 ? kernel_of<128, kBlockM>() : kernel_of<64, kBlockM>()};
 }
 
 // Bytes through global memory for one Br: the initialization of the running state, K and V once,
@@ -612,54 +612,40 @@ Traffic traffic(const ladder::AttentionShape& s, int block_m) {
   return {per_head * bh, visits * bh};
 }
 
-std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::MatmulShape*,
-                                const ladder::ReductionShape*) {
-  const double state = double(workspace_bytes(*s));
+std::vector<std::string> ledger(const ladder::AttentionShape& s) {
+  const double state = double(workspace_bytes(s));
   std::vector<std::string> lines = {ladder::strprintf(
       "grid: %d thread blocks, one per (batch, head); running state O (fp32), l, m: %.1f MiB in "
       "global memory, read and written on every (K/V block, Q block) visit",
-      s->batch * s->heads, state / (1 << 20))};
+      s.batch * s.heads, state / (1 << 20))};
   for (int block_m : {kBlockM48, kBlockM64}) {
-    const Traffic t = traffic(*s, block_m);
+    const Traffic t = traffic(s, block_m);
     lines.push_back(ladder::strprintf(
         "ledger Br=%d: %.0f visits, %.2f GB through global memory (%.0f× the minimum %.3f GB), "
         "%.1f FLOP/byte",
-        block_m, t.visits, t.bytes / 1e9, t.bytes / ladder::min_bytes(*s),
-        ladder::min_bytes(*s) / 1e9, ladder::flops(*s) / t.bytes));
+        block_m, t.visits, t.bytes / 1e9, t.bytes / ladder::min_bytes(s),
+        ladder::min_bytes(s) / 1e9, ladder::flops(s) / t.bytes));
   }
   return lines;
 }
 
-ladder::Variant make_variant(std::string name, std::string description,
-                             ladder::AttentionLaunch launch_fn, ladder::KernelsFn kernels_fn) {
-  auto v = ladder::attention_variant(std::move(name), std::move(description), std::move(launch_fn));
-  v.constraints.min_sm = 75;
-  v.constraints.head_dims = {64, 128};
-  v.workspace = [](const ladder::AttentionShape* s, const ladder::MatmulShape*,
-                   const ladder::ReductionShape*) { return workspace_bytes(*s); };
-  v.kernels = std::move(kernels_fn);
-  return v;
+template <int kBlockM>
+ladder::Variant variant(const char* name, const char* description) {
+  return ladder::attention_variant(name, description, launch_block<kBlockM>)
+      .needs_sm(75)
+      .for_head_dims({64, 128})
+      .with_workspace(workspace_bytes)
+      .with_kernels(kernels<kBlockM>);
 }
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 3;
-  step.name = "fa_v1";
-  step.title = "FlashAttention-1: K/V blocks outer, running state in global memory";
-  step.track = "attention";
-  step.kind = ladder::Kind::Attention;
-  step.improves_on = "00/naive";
-  step.chapter = "docs/03_fa_v1.md";
-  step.notes = ledger;
-
-  step.variants.push_back(make_variant(
-      "br48", "FA1 loop order, Br=48 (the seed's v1), Bc=64, one block per (batch, head)",
-      launch_block<kBlockM48>, kernels<kBlockM48>));
-  step.variants.push_back(make_variant(
-      "br64", "FA1 loop order, Br=64 (the seed's v1.1), Bc=64, one block per (batch, head)",
-      launch_block<kBlockM64>, kernels<kBlockM64>));
-  step.main_variant = 1;
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::attention_step(3, "fa_v1", "FlashAttention-1: K/V blocks outer, running state in global memory",
+                           "00/naive")
+        .with_notes(ledger)
+        .add(variant<kBlockM48>("br48", "FA1 loop order, Br=48 (the seed's v1), Bc=64, one block "
+                                        "per (batch, head)"))
+        .add(variant<kBlockM64>("br64", "FA1 loop order, Br=64 (the seed's v1.1), Bc=64, one block "
+                                        "per (batch, head)"))
+        .main_is("br64"));
 
 }  // namespace

@@ -35,6 +35,8 @@
 
 #include "common/check.hpp"
 #include "common/device/ptx.cuh"
+#include "common/dispatch.hpp"
+#include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -70,7 +72,7 @@ constexpr int kChunk = 8;  // halves per 16-byte vector load
 
 // exp(x) = 2^(x·log2 e). Q is multiplied by scale·log2(e) when it is staged, so S comes out
 // already in base-2 units and every exponential is one ex2 (MUFU.EX2). m is kept in those units.
-constexpr float kLog2e = 1.4426950408889634f;
+using ladder::kLog2e;
 
 template <int kHeadDim, int kBlockM>
 struct Tile {
@@ -505,38 +507,37 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <int kBlockM>
 void launch_block(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.head_dim == 64)
-    launch<64, kBlockM>(a, stream);
-  else
-    launch<128, kBlockM>(a, stream);  // the constraints admit no other D
+  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim,
+                                     [&]<int kHeadDim>() { launch<kHeadDim, kBlockM>(a, stream); });
+}
+
+template <int kHeadDim, int kBlockM>
+ladder::KernelInfo kernel_of() {
+  return ladder::kernel(ladder::strprintf("fa_v2_0_kernel<%d>", kHeadDim),
+                        fa_v2_0_kernel<kHeadDim, kBlockM>, kThreads, Tile<kHeadDim, kBlockM>::kSmemBytes);
 }
 
 template <int kBlockM>
 std::vector<ladder::KernelInfo> kernels(int head_dim) {
-  if (head_dim == 128)
-    return {{"fa_v2_0_kernel<128>", reinterpret_cast<const void*>(fa_v2_0_kernel<128, kBlockM>),
-             kThreads, Tile<128, kBlockM>::kSmemBytes}};
-  return {{"fa_v2_0_kernel<64>", reinterpret_cast<const void*>(fa_v2_0_kernel<64, kBlockM>),
-           kThreads, Tile<64, kBlockM>::kSmemBytes}};
+  return {head_dim == 128 ? kernel_of<128, kBlockM>() : kernel_of<64, kBlockM>()};
 }
 
 // What moves through global memory: Q read once and O written once, K and V read once per Q
 // block that sees them (mostly from L2), nothing else. Compare step 03's ledger.
-std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::MatmulShape*,
-                                const ladder::ReductionShape*) {
-  const int n = s->seqlen;
-  const double bh = double(s->batch) * s->heads;
-  const double row_bytes = double(s->head_dim) * sizeof(__half);
+std::vector<std::string> ledger(const ladder::AttentionShape& s) {
+  const int n = s.seqlen;
+  const double bh = double(s.batch) * s.heads;
+  const double row_bytes = double(s.head_dim) * sizeof(__half);
   const int num_q = ceil_div(n, kBlockM128);
   double kv_rows = 0;  // K/V rows loaded, summed over the Q blocks of one head
   for (int i = 0; i < num_q; ++i) {
-    const int kv_end = s->causal ? std::min((i + 1) * kBlockM128, n) : n;
+    const int kv_end = s.causal ? std::min((i + 1) * kBlockM128, n) : n;
     kv_rows += std::min(double(ceil_div(kv_end, kBlockN)) * kBlockN, double(n));
   }
   const double kv_bytes = bh * kv_rows * 2 * row_bytes;
   const double bytes = bh * 2 * n * row_bytes + kv_bytes;
   const std::size_t smem =
-      s->head_dim == 128 ? Tile<128, kBlockM128>::kSmemBytes : Tile<64, kBlockM128>::kSmemBytes;
+      s.head_dim == 128 ? Tile<128, kBlockM128>::kSmemBytes : Tile<64, kBlockM128>::kSmemBytes;
   return {
       ladder::strprintf("grid: %d Q blocks × %.0f heads = %.0f thread blocks of %d threads, %zu B "
                         "of shared memory each",
@@ -547,29 +548,19 @@ std::vector<std::string> ledger(const ladder::AttentionShape* s, const ladder::M
                         kv_bytes / 1e9, bh * 2 * n * row_bytes / 1e9),
       ladder::strprintf("ledger: %.2f GB requested from global memory, arithmetic intensity "
                         "%.0f FLOP/byte",
-                        bytes / 1e9, ladder::flops(*s) / bytes),
+                        bytes / 1e9, ladder::flops(s) / bytes),
   };
 }
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 4;
-  step.name = "fa_v2_0";
-  step.title = "FlashAttention-2 loop order on CUDA cores: Q outer, deferred normalization";
-  step.track = "attention";
-  step.kind = ladder::Kind::Attention;
-  step.improves_on = "03/br64";
-  step.chapter = "docs/04_fa_v2_0.md";
-  step.notes = ledger;
-
-  auto v = ladder::attention_variant(
-      "br128", "Q block outer (Br=128, Bc=32), cp.async K/V double buffer, scalar FFMA",
-      launch_block<kBlockM128>);
-  v.constraints.min_sm = 80;  // cp.async
-  v.constraints.head_dims = {64, 128};
-  v.kernels = kernels<kBlockM128>;
-  step.variants.push_back(std::move(v));
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::attention_step(4, "fa_v2_0",
+                           "FlashAttention-2 loop order on CUDA cores: Q outer, deferred normalization",
+                           "03/br64")
+        .with_notes(ledger)
+        .add(ladder::attention_variant("br128", "Q block outer (Br=128, Bc=32), cp.async K/V double "
+                                                "buffer, scalar FFMA", launch_block<kBlockM128>)
+                 .needs_sm(80)  // cp.async
+                 .for_head_dims({64, 128})
+                 .with_kernels(kernels<kBlockM128>)));
 
 }  // namespace

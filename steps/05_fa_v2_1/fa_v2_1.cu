@@ -26,6 +26,8 @@
 #include "common/check.hpp"
 #include "common/device/mma_fragments.cuh"
 #include "common/device/ptx.cuh"
+#include "common/dispatch.hpp"
+#include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -37,7 +39,7 @@ namespace ptx = ladder::ptx;
 namespace frag = ladder::frag;
 
 constexpr int kWarpSize = 32;
-constexpr float kLog2e = 1.4426950408889634f;
+using ladder::kLog2e;
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
 
 // ---- Tiles, per head dimension and key block --------------------------------------------------
@@ -398,57 +400,37 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
 
 template <int kBlockN>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const bool causal = a.shape.causal;
-  switch (a.shape.head_dim) {
-    case 64:
-      return causal ? launch_tile<Tile<64, kBlockN>, true>(a, stream)
-                    : launch_tile<Tile<64, kBlockN>, false>(a, stream);
-    case 128:
-      return causal ? launch_tile<Tile<128, kBlockN>, true>(a, stream)
-                    : launch_tile<Tile<128, kBlockN>, false>(a, stream);
-    default:
-      throw std::invalid_argument(
-          ladder::strprintf("fa_v2_1: head_dim %d not instantiated", a.shape.head_dim));
-  }
+  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
+    using T = Tile<kHeadDim, kBlockN>;
+    a.shape.causal ? launch_tile<T, true>(a, stream) : launch_tile<T, false>(a, stream);
+  });
 }
 
 template <class T>
 std::vector<ladder::KernelInfo> kernel_pair(const char* name) {
-  return {
-      {ladder::strprintf("%s<D=%d,Bc=%d>", name, T::kHeadDim, T::kBlockN),
-       reinterpret_cast<const void*>(fa_v2_1_kernel<T, false>), T::kThreads, T::kSmemBytes},
-      {ladder::strprintf("%s<D=%d,Bc=%d,causal>", name, T::kHeadDim, T::kBlockN),
-       reinterpret_cast<const void*>(fa_v2_1_kernel<T, true>), T::kThreads, T::kSmemBytes},
-  };
+  return {ladder::kernel(ladder::strprintf("%s<D=%d,Bc=%d>", name, T::kHeadDim, T::kBlockN),
+                        fa_v2_1_kernel<T, false>, T::kThreads, T::kSmemBytes),
+          ladder::kernel(ladder::strprintf("%s<D=%d,Bc=%d,causal>", name, T::kHeadDim, T::kBlockN),
+                        fa_v2_1_kernel<T, true>, T::kThreads, T::kSmemBytes)};
 }
 
 template <int kBlockN>
 ladder::Variant make_variant(const char* name, const char* description) {
-  auto v = ladder::attention_variant(name, description, launch<kBlockN>);
-  v.constraints.min_sm = 80;  // cp.async, ldmatrix, mma.sync.m16n8k16
-  v.constraints.head_dims = {64, 128};
-  v.kernels = [](int head_dim) {
-    return head_dim == 128 ? kernel_pair<Tile<128, kBlockN>>("fa_v2_1_kernel")
-                           : kernel_pair<Tile<64, kBlockN>>("fa_v2_1_kernel");
-  };
-  return v;
+  return ladder::attention_variant(name, description, launch<kBlockN>)
+      .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
+      .for_head_dims({64, 128})
+      .with_kernels([](int head_dim) {
+        return head_dim == 128 ? kernel_pair<Tile<128, kBlockN>>("fa_v2_1_kernel")
+                               : kernel_pair<Tile<64, kBlockN>>("fa_v2_1_kernel");
+      });
 }
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 5;
-  step.name = "fa_v2_1";
-  step.title = "FlashAttention v2.1: both GEMMs on tensor cores (mma.sync + ldmatrix)";
-  step.track = "attention";
-  step.kind = ladder::Kind::Attention;
-  step.chapter = "docs/05_fa_v2_1.md";
-  step.improves_on = "04/br128";
-  step.variants.push_back(make_variant<32>(
-      "bc32", "Br=128 (4 warps × 32 rows), Bc=32, S/P/O in registers, padded smem"));
-  step.variants.push_back(make_variant<64>(
-      "bc64", "Br=128 (4 warps × 32 rows), Bc=64, S/P/O in registers, padded smem"));
-  step.main_variant = 1;  // bc64: the faster on the H200 (docs/05_fa_v2_1.md says why)
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::attention_step(5, "fa_v2_1",
+                           "FlashAttention v2.1: both GEMMs on tensor cores (mma.sync + ldmatrix)",
+                           "04/br128")
+        .add(make_variant<32>("bc32", "Br=128 (4 warps × 32 rows), Bc=32, S/P/O in registers, padded smem"))
+        .add(make_variant<64>("bc64", "Br=128 (4 warps × 32 rows), Bc=64, S/P/O in registers, padded smem"))
+        .main_is("bc64"));  // the faster on the H200 (docs/05_fa_v2_1.md says why)
 
 }  // namespace

@@ -31,6 +31,8 @@
 #include "common/device/mma_fragments.cuh"
 #include "common/device/ptx.cuh"
 #include "common/device/swizzle.cuh"
+#include "common/dispatch.hpp"
+#include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -42,7 +44,7 @@ namespace ptx = ladder::ptx;
 namespace frag = ladder::frag;
 
 constexpr int kWarpSize = 32;
-constexpr float kLog2e = 1.4426950408889634f;
+using ladder::kLog2e;
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
 
 // ---- Features (the ablation) and tiles --------------------------------------------------------
@@ -559,16 +561,10 @@ void launch_config(const AttentionArgs& a, cudaStream_t stream) {
 
 template <class C64, class C128>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const bool causal = a.shape.causal;
-  switch (a.shape.head_dim) {
-    case 64:
-      return causal ? launch_config<C64, true>(a, stream) : launch_config<C64, false>(a, stream);
-    case 128:
-      return causal ? launch_config<C128, true>(a, stream) : launch_config<C128, false>(a, stream);
-    default:
-      throw std::invalid_argument(
-          ladder::strprintf("fa_v2_2: head_dim %d not instantiated", a.shape.head_dim));
-  }
+  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
+    using C = std::conditional_t<kHeadDim == 64, C64, C128>;
+    a.shape.causal ? launch_config<C, true>(a, stream) : launch_config<C, false>(a, stream);
+  });
 }
 
 template <class C>
@@ -577,23 +573,20 @@ std::vector<ladder::KernelInfo> kernel_pair() {
                                       C::kBlockN, C::kComputeN,
                                       C::kQInRegisters ? ",Q in regs" : "",
                                       C::kLean ? ",lean" : "");
-  return {
-      {name, reinterpret_cast<const void*>(fa_v2_2_kernel<C, false>), C::kThreads, C::kSmemBytes},
-      {name + " causal", reinterpret_cast<const void*>(fa_v2_2_kernel<C, true>), C::kThreads,
-       C::kSmemBytes},
-  };
+  return {ladder::kernel(name, fa_v2_2_kernel<C, false>, C::kThreads, C::kSmemBytes),
+          ladder::kernel(name + " causal", fa_v2_2_kernel<C, true>, C::kThreads, C::kSmemBytes)};
 }
 
 template <class C64, class C128>
 ladder::Variant make_variant(const char* name, const char* description) {
   static_assert(C64::kHeadDim == 64 && C128::kHeadDim == 128);
-  auto v = ladder::attention_variant(name, description, launch<C64, C128>);
-  v.constraints.min_sm = 80;  // cp.async, ldmatrix, mma.sync.m16n8k16
-  v.constraints.head_dims = {64, 128};
-  v.writes_lse = C64::kWritesLse;
-  v.kernels = [](int head_dim) {
-    return head_dim == 128 ? kernel_pair<C128>() : kernel_pair<C64>();
-  };
+  auto v = ladder::attention_variant(name, description, launch<C64, C128>)
+               .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
+               .for_head_dims({64, 128})
+               .with_kernels([](int head_dim) {
+                 return head_dim == 128 ? kernel_pair<C128>() : kernel_pair<C64>();
+               });
+  if (C64::kWritesLse) v.with_lse();
   return v;
 }
 
@@ -672,34 +665,18 @@ using S64D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters | k
 // scheduler do not already hide that latency, else the same. Zero spills on sm_90a only.
 using S64U2D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters>;
 
-LADDER_REGISTER_STEP(([] {
-  ladder::Step step;
-  step.number = 6;
-  step.name = "fa_v2_2";
-  step.title = "FlashAttention v2.2: reverse loop, swizzle, staged epilogue, LSE, FA2 tiles";
-  step.track = "attention";
-  step.kind = ladder::Kind::Attention;
-  step.chapter = "docs/06_fa_v2_2.md";
-  step.improves_on = "05/bc64";
-  step.variants.push_back(make_variant<BaseD64<0>, BaseD128<0>>(
-      "reverse", "05 + K/V blocks last to first, masked blocks in their own loop"));
-  step.variants.push_back(make_variant<BaseD64<kFeaturesSwizzle>, BaseD128<kFeaturesSwizzle>>(
-      "swizzle", "+ XOR-swizzled shared tiles instead of D+8 padding"));
-  step.variants.push_back(
-      make_variant<BaseD64<kFeaturesSmemEpilogue>, BaseD128<kFeaturesSmemEpilogue>>(
-          "smem_epilogue", "+ O staged through shared memory, 16-byte coalesced stores"));
-  step.variants.push_back(make_variant<BaseD64<kFeaturesLse>, BaseD128<kFeaturesLse>>(
-      "lse", "+ 1/l guard, log-sum-exp output"));
-  step.variants.push_back(make_variant<Bc128D64, Bc128D128>(
-      "bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 unchanged"));
-  step.variants.push_back(make_variant<H200D64, H200D128>(
-      "h200", "+ H200 guess: D=64 128-key blocks as two 64-key S tiles, heaviest causal first"));
-  step.variants.push_back(make_variant<H200D64, S64D128>(
-      "d128_s64", "h200 + D=128 one 64-key S tile per block (FA2's 128x64), lean registers"));
-  step.variants.push_back(make_variant<H200D64, S64U2D128>(
-      "d128_s64_unroll2", "d128_s64 with Q K^T's k16 loop unrolled by two (as h200)"));
-  step.main_variant = 5;  // h200: the fastest measured on the H200 (docs/06_fa_v2_2.md)
-  return step;
-}()));
+LADDER_REGISTER_STEP(
+    ladder::attention_step(6, "fa_v2_2",
+                           "FlashAttention v2.2: reverse loop, swizzle, staged epilogue, LSE, FA2 tiles",
+                           "05/bc64")
+        .add(make_variant<BaseD64<0>, BaseD128<0>>("reverse", "05 + K/V blocks last to first, masked blocks in their own loop"))
+        .add(make_variant<BaseD64<kFeaturesSwizzle>, BaseD128<kFeaturesSwizzle>>("swizzle", "+ XOR-swizzled shared tiles instead of D+8 padding"))
+        .add(make_variant<BaseD64<kFeaturesSmemEpilogue>, BaseD128<kFeaturesSmemEpilogue>>("smem_epilogue", "+ O staged through shared memory, 16-byte coalesced stores"))
+        .add(make_variant<BaseD64<kFeaturesLse>, BaseD128<kFeaturesLse>>("lse", "+ 1/l guard, log-sum-exp output"))
+        .add(make_variant<Bc128D64, Bc128D128>("bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 unchanged"))
+        .add(make_variant<H200D64, H200D128>("h200", "+ H200 guess: D=64 128-key blocks as two 64-key S tiles, heaviest causal first"))
+        .add(make_variant<H200D64, S64D128>("d128_s64", "h200 + D=128 one 64-key S tile per block (FA2's 128x64), lean registers"))
+        .add(make_variant<H200D64, S64U2D128>("d128_s64_unroll2", "d128_s64 with Q K^T's k16 loop unrolled by two (as h200)"))
+        .main_is("h200"));  // the fastest measured on the H200 (docs/06_fa_v2_2.md)
 
 }  // namespace

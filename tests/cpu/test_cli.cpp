@@ -1,4 +1,6 @@
 // Argument validation and step selection. No CUDA here: these run on CI.
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -65,7 +67,7 @@ TEST_CASE("step selection", "[cli][registry]") {
   CHECK(all.size() == total);
   for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].step->number <= all[i].step->number);
 
-  o = parse({"--steps", "99"});
+  o = parse({"--steps", "89"});
   REQUIRE(o.options);
   CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
   o = parse({"--steps", "x-y"});
@@ -77,13 +79,34 @@ TEST_CASE("step selection", "[cli][registry]") {
 
   o = parse({"--steps", "4-99"});  // a range selects the registered steps inside it
   for (const auto& ref : select_variants(registry, *o.options, -1)) CHECK(ref.step->number >= 4);
-  o = parse({"--steps", "90-99"});
+  o = parse({"--steps", "80-89"});
   CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);  // matches nothing
 
-  o = parse({"--variant", "00/naive"});
+  o = parse({"--variant", "00/naive", "--no-peers"});
   const auto one = select_variants(registry, *o.options, -1);
   REQUIRE(one.size() == 1);
   CHECK(one[0].id() == "00/naive");
+}
+
+TEST_CASE("library rows come with every run of their track", "[cli][registry]") {
+  const Registry& registry = Registry::instance();
+  const Step* peers = nullptr;
+  for (const auto& s : registry.steps())
+    if (s.peers_only()) peers = &s;
+  if (!peers) return;  // built without any peer step
+  auto count_peers = [](const std::vector<VariantRef>& refs) {
+    return std::count_if(refs.begin(), refs.end(), [](const VariantRef& r) { return r.step->peers_only(); });
+  };
+  auto o = parse({"--variant", "00/naive"});
+  auto refs = select_variants(registry, *o.options, -1);
+  CHECK(refs.front().id() == "00/naive");
+  CHECK(count_peers(refs) == std::ptrdiff_t(peers->variants.size()));
+  CHECK(std::size_t(count_peers(refs)) + 1 == refs.size());
+  o = parse({"--steps", "1"});  // the matmul track: no attention peers
+  CHECK(count_peers(select_variants(registry, *o.options, -1)) == 0);
+  const std::string number = std::to_string(peers->number);
+  o = parse({"--steps", number.c_str()});  // asked for by number: the peers alone
+  CHECK(std::size_t(count_peers(select_variants(registry, *o.options, -1))) == peers->variants.size());
 }
 
 TEST_CASE("--list names every step and variant without touching CUDA", "[cli][registry]") {

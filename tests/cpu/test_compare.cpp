@@ -49,8 +49,23 @@ TEST_CASE("max abs difference between two outputs", "[pass-rule]") {
   CHECK(std::isnan(max_abs_difference(a, c)));
 }
 
+TEST_CASE("an empty comparison or a non-finite reference fails", "[pass-rule]") {
+  const std::vector<double> none;
+  auto e = compare_with_reference(none, none, none, 1.0);
+  CHECK_FALSE(e.pass);
+  CHECK(e.verdict().find("nothing was compared") != std::string::npos);
+  const std::vector<double> ref = {1.0, std::numeric_limits<double>::quiet_NaN()}, got = {1.0, 2.0};
+  e = compare_with_reference(got, ref, ref, 1.0);
+  CHECK_FALSE(e.pass);
+  CHECK(e.reference_nonfinite == 1);
+  const std::vector<double> shorter = {1.0};
+  CHECK_FALSE(compare_with_reference(got, shorter, shorter, 1.0).pass);
+}
+
 TEST_CASE("absolute terms are positive and scale as documented", "[pass-rule]") {
-  CHECK(attention_abs_term() == std::ldexp(1.0, -11));
+  CHECK(attention_abs_term(1.0) == std::ldexp(1.0, -10));   // an ulp of 1.0
+  CHECK(attention_abs_term(0.1) == std::ldexp(1.0, -14));   // 0.1 in [2^-4, 2^-3): ulp 2^-14
+  CHECK(attention_abs_term(0.0) > 0);
   CHECK(matmul_abs_term(2048) == 2 * matmul_abs_term(1024));
   CHECK(reduction_abs_term(0) == 0);
 }

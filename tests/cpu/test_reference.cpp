@@ -1,4 +1,5 @@
 // The CPU references against cases computed by hand.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -76,11 +77,27 @@ TEST_CASE("reduction reference: fp32 in order loses what fp64 keeps", "[referenc
 TEST_CASE("row selection: everything when small, a sample with both ends when large", "[reference]") {
   const auto all = select_rows(10, 5, 100, 7);
   CHECK(all.size() == 10);
-  const auto some = select_rows(1 << 20, 1024, 64, 7);
-  CHECK(some.size() == 64);
+  const auto some = select_rows(1 << 20, 1 << 18, 64, 7);  // 4 heads of 2048 tiles: coverage wins
   CHECK(some.front() == 0);
   CHECK(some.back() == (1 << 20) - 1);
   CHECK(std::is_sorted(some.begin(), some.end()));
-  CHECK(select_rows(1 << 20, 1024, 64, 7) == some);  // seeded: the same sample every time
-  CHECK(select_rows(1 << 20, 1024, 64, 8) != some);
+  CHECK(std::adjacent_find(some.begin(), some.end()) == some.end());
+  CHECK(select_rows(1 << 20, 1 << 18, 64, 7) == some);  // seeded: the same sample every time
+  CHECK(select_rows(1 << 20, 1 << 18, 64, 8) != some);
+  const auto budget = select_rows(1 << 20, 1 << 18, 20000, 7);  // more than the tiles: topped up
+  CHECK(budget.size() == 20000);
+}
+
+TEST_CASE("row selection covers every (head, 128-row tile) at any shape", "[reference]") {
+  struct Case { std::int64_t heads, n, budget; };
+  for (const Case c : {Case{32, 4096, 2048}, Case{16, 1024, 256}, Case{6 * 9, 4224, 2048},
+                       Case{3, 1000, 16}, Case{1, 16384, 2048}, Case{64, 1024, 512}}) {
+    const auto rows = select_rows(c.heads * c.n, c.n, c.budget, 20261129);
+    const std::int64_t tiles_per_head = (c.n + kCoverageTileRows - 1) / kCoverageTileRows;
+    std::vector<int> seen(std::size_t(c.heads * tiles_per_head), 0);
+    for (auto r : rows) ++seen[std::size_t((r / c.n) * tiles_per_head + (r % c.n) / kCoverageTileRows)];
+    INFO("heads " << c.heads << " N " << c.n << " budget " << c.budget);
+    CHECK(std::count(seen.begin(), seen.end(), 0) == 0);
+    CHECK(std::int64_t(rows.size()) >= std::min(c.budget, c.heads * c.n));
+  }
 }

@@ -39,7 +39,7 @@ TEST_CASE("reduction: exact on small integers", "[gpu][reduction]") {
     for (const auto& ref : variants) {
       const Variant& v = ref.variant();
       const ReductionShape shape{n};
-      DeviceBuffer<std::uint8_t> workspace(v.workspace ? v.workspace(nullptr, nullptr, &shape) : 0);
+      DeviceBuffer<std::uint8_t> workspace(v.workspace_bytes(shape));
       out.fill_bytes(0xFF, session.stream.get());  // the poison, in the launch's stream order
       std::get<ReductionLaunch>(v.launch)(ReductionArgs{shape, dx.get(), out.get(), workspace.get()},
                                           session.stream.get());
