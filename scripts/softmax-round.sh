@@ -54,7 +54,7 @@ note "steps listed: $(grep -cE '^ +(0[6-9]|1[0-5])/' "$logs/list.txt") variants 
 # ---- 1. GPU tests: one process per step, as ctest's gpu_stepNN entries (LADDER_TEST_STEP) ----
 start=$SECONDS
 for s in "${step_ids[@]}"; do
-  (LADDER_TEST_STEP=$s timeout 240 "$tests_exe" >"$logs/test-$s.log" 2>&1; echo "$s rc=$?" >"$logs/test-$s.rc") &
+  (LADDER_TEST_STEP=$s timeout 100 "$tests_exe" >"$logs/test-$s.log" 2>&1; echo "$s rc=$?" >"$logs/test-$s.rc") &
   # at most 5 at a time: the fp64 reference runs on the CPU
   while (($(jobs -rp | wc -l) >= 5)); do sleep 0.5; done
 done
