@@ -3,8 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <optional>
 #include <set>
+
+#include "common/exit_codes.hpp"
 #include <sstream>
 
 namespace ladder {
@@ -51,6 +57,33 @@ const CLI::Validator kPositive(
     },
     "POSITIVE");
 
+// Why `path` cannot be written as a file (its folder is missing or read-only, or it is a folder),
+// or nothing. Creates nothing.
+std::optional<std::string> unwritable_file(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "is a folder; give a file name";
+  const fs::path parent = fs::absolute(fs::path(path), ec).parent_path();
+  if (!fs::is_directory(parent, ec)) return fmt::format("the folder {} does not exist", parent.string());
+  if (access(parent.c_str(), W_OK) != 0) return fmt::format("the folder {} is not writable", parent.string());
+  if (fs::exists(path, ec) && access(path.c_str(), W_OK) != 0) return "the file exists and is not writable";
+  return std::nullopt;
+}
+
+// Why `dir` cannot be used as an output folder (it is a file, or it and its nearest existing
+// parent cannot be written), or nothing. Creates nothing.
+std::optional<std::string> unwritable_dir(const std::string& dir) {
+  if (dir.empty()) return std::nullopt;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(fs::path(dir), ec);
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec)) return "is a file, not a folder";
+  while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  if (access(p.c_str(), W_OK) != 0) return fmt::format("{} is not writable", p.string());
+  return std::nullopt;
+}
+
 }  // namespace
 
 ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
@@ -94,8 +127,12 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       ->check(kPositive)->group(run);
   app.add_option("--max-reps", o.run.timing.max_reps, "Most timed repetitions")
       ->check(kPositive)->group(run);
-  app.add_option("--target-ms", o.run.timing.target_ms, "Stop timing after this much kernel time")
+  app.add_option("--target-ms", o.run.timing.target_ms,
+                 "Per round: stop timing after this much kernel time")
       ->group(run);
+  app.add_option("--rounds", o.run.timing.rounds,
+                 "Timing rounds, interleaved across the variants (a speed-up must hold in each)")
+      ->check(kPositive)->group(run);
   bool no_flush = false, no_time = false, no_check = false, no_resources = false, no_peers = false;
   app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions")->group(run);
   app.add_flag("--no-time", no_time, "Check only; do not time")->group(run);
@@ -115,7 +152,7 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
     outcome.message = app.help();
     return outcome;
   } catch (const CLI::ParseError& e) {
-    outcome.exit_code = 2;
+    outcome.exit_code = exit_code::kUsage;
     outcome.message = fmt::format("error: {}\nRun with --help for the options.", e.what());
     return outcome;
   }
@@ -130,16 +167,27 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
     o.run.k_scale = 3.0f;
   }
   if (o.run.timing.min_reps > o.run.timing.max_reps) {
-    outcome.exit_code = 2;
+    outcome.exit_code = exit_code::kUsage;
     outcome.message = "error: --min-reps must not exceed --max-reps";
     return outcome;
   }
   for (int n : o.seqlens)
     if (o.tokens > 0 && o.tokens % n != 0) {
-      outcome.exit_code = 2;
+      outcome.exit_code = exit_code::kUsage;
       outcome.message = fmt::format("error: --tokens {} is not a multiple of N={}", o.tokens, n);
       return outcome;
     }
+  // Output paths are checked before any GPU work: a typo must not cost a whole run.
+  if (auto why = unwritable_file(o.json_path)) {
+    outcome.exit_code = exit_code::kIo;
+    outcome.message = fmt::format("error: --json {}: {}", o.json_path, *why);
+    return outcome;
+  }
+  if (auto why = unwritable_dir(o.run.save_dir)) {
+    outcome.exit_code = exit_code::kIo;
+    outcome.message = fmt::format("error: --save {}: {}", o.run.save_dir, *why);
+    return outcome;
+  }
   outcome.options = o;
   return outcome;
 }

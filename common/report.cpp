@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "common/build_info.hpp"
+
 namespace ladder {
 
 double Row::tflops() const {
@@ -63,12 +65,14 @@ void print_table(const ProblemRun& run, bool show_resources) {
     const double rate = bandwidth ? r.gbps() : r.tflops();
     fmt::print("{:<22} {:>10.4f} {:>19} {:>9.2f} {:>9} {:>9} {:>9} {:>7}  {:<20} {:>7} {:>9} {:>10}",
                id, t.median_ms, fmt::format("{:.4f}-{:.4f}", t.p20_ms, t.p80_ms), rate,
-               r.error ? sci(r.error->max_abs) : "", r.error ? sci(r.error->rel_l2) : "",
+               r.error ? sci(r.error->worst_error > 0 ? r.error->worst_error : r.error->max_abs) : "",
+               r.error ? sci(r.error->rel_l2) : "",
                r.error ? sci(r.error->tolerance) : "", status_text(r), r.baseline,
                speedup_text(r), r.diff_vs_baseline ? sci(*r.diff_vs_baseline) : "",
                rerun_text(r));
     if (bandwidth && copy_gbps > 0 && !r.ceiling)
       fmt::print("  {:.0f}% of copy", 100.0 * r.gbps() / copy_gbps);
+    if (r.percent_of_gemm) fmt::print("  {:.0f}% of GEMM", *r.percent_of_gemm);
     fmt::print("\n");
     if (r.status == Row::Status::Failed || (r.error && !r.error->pass))
       fmt::print("    -> {}\n", r.error && !r.error->pass ? r.error->verdict() : r.note);
@@ -106,6 +110,13 @@ nlohmann::json to_json(const GpuInfo& g) {
   opt("max_mem_clock_mhz", g.max_mem_clock_mhz);
   opt("temperature_c", g.temperature_c);
   opt("power_limit_w", g.power_limit_w);
+  j["pci_bus_id"] = g.pci_bus_id;
+  if (g.clock_event_reasons) {
+    j["clock_event_reasons"] = *g.clock_event_reasons;
+    j["clock_event_reasons_text"] = describe_clock_events(*g.clock_event_reasons);
+  } else {
+    j["clock_event_reasons"] = nullptr;
+  }
   return j;
 }
 
@@ -116,7 +127,8 @@ nlohmann::json to_json(const ErrorStats& e) {
   return {{"checked", e.checked},     {"total", e.total},
           {"nonfinite", e.nonfinite}, {"max_abs", finite(e.max_abs)},
           {"rel_l2", finite(e.rel_l2)}, {"lowprec_max_abs", finite(e.lowprec_max_abs)},
-          {"tolerance", finite(e.tolerance)}, {"pass", e.pass}};
+          {"tolerance", finite(e.tolerance)}, {"worst_row_error", finite(e.worst_error)},
+          {"reference_nonfinite", e.reference_nonfinite}, {"pass", e.pass}};
 }
 
 nlohmann::json to_json(const Row& r) {
@@ -140,6 +152,7 @@ nlohmann::json to_json(const Row& r) {
     j["p80_ms"] = r.timing->p80_ms;
     j["min_ms"] = r.timing->min_ms;
     j["samples_ms"] = r.timing->samples_ms;
+    j["round_medians_ms"] = r.timing->round_medians_ms;
     j["tflops"] = r.tflops();
     j["gbps"] = r.gbps();
   }
@@ -153,6 +166,7 @@ nlohmann::json to_json(const Row& r) {
     j["max_abs_diff_vs_baseline"] =
         std::isfinite(*r.diff_vs_baseline) ? nlohmann::json(*r.diff_vs_baseline) : nullptr;
   if (r.rerun_identical) j["rerun_identical"] = *r.rerun_identical;
+  if (r.percent_of_gemm) j["percent_of_gemm"] = *r.percent_of_gemm;
   for (const auto& k : r.kernels)
     j["kernels"].push_back({{"name", k.name},
                             {"threads", k.threads},
@@ -176,13 +190,30 @@ nlohmann::json to_json(const Report& report) {
                     {"shape", run.shape_json},
                     {"shape_text", run.shape},
                     {"notes", run.notes},
+                    {"gpu_after", run.gpu_after ? to_json(*run.gpu_after) : nlohmann::json(nullptr)},
                     {"rows", rows}});
   }
+  const BuildInfo& build = build_info();
+  const TimingOptions& t = report.timing;
   return {{"schema", "attention-ladder/results/1"},
           {"provenance",
            {{"gpu", to_json(report.gpu)},
             {"gpu_after", to_json(report.gpu_after)},
             {"git_commit", git_commit()},
+            {"build",
+             {{"commit", build.commit},
+              {"nvcc", build.nvcc},
+              {"cuda_flags", build.cuda_flags},
+              {"build_type", build.build_type},
+              {"cuda_architectures", build.architectures}}},
+            {"timing",
+             {{"warmup_ms", t.warmup_ms},
+              {"min_reps", t.min_reps},
+              {"max_reps", t.max_reps},
+              {"target_ms_per_round", t.target_ms},
+              {"rounds", t.rounds},
+              {"flush_l2", t.flush_l2},
+              {"statistic", "median of CUDA-event times, all rounds pooled"}}},
             {"date", report.started_at},
             {"host", host_name()},
             {"command_line", report.command_line}}},
@@ -191,9 +222,16 @@ nlohmann::json to_json(const Report& report) {
 
 void write_json(const Report& report, const std::string& path) {
   std::ofstream out(path);
-  if (!out) throw std::runtime_error(fmt::format("cannot open {} for writing", path));
+  if (!out) throw std::ios_base::failure(fmt::format("cannot open {} for writing", path));
   out << to_json(report).dump(1) << "\n";
-  if (!out) throw std::runtime_error(fmt::format("failed writing {}", path));
+  if (!out) throw std::ios_base::failure(fmt::format("failed writing {}", path));
+}
+
+bool any_lesson_ran(const Report& report) {
+  for (const auto& run : report.runs)
+    for (const auto& r : run.rows)
+      if (!r.peer && !r.ceiling && r.status != Row::Status::Skipped) return true;
+  return false;
 }
 
 bool all_passed(const Report& report) {

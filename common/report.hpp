@@ -46,6 +46,7 @@ struct Row {
   bool same_speed = false;              // the difference is inside the spread
   std::optional<double> diff_vs_baseline;  // max |this output − baseline output|
   std::optional<bool> rerun_identical;     // the last timed launch's output equals the checked one
+  std::optional<double> percent_of_gemm;   // attention: 100 · TFLOP/s / the fp16 GEMM ceiling's
   bool deterministic = true;
   std::vector<KernelResources> kernels;
 
@@ -59,6 +60,7 @@ struct ProblemRun {
   nlohmann::json shape_json;
   std::vector<Row> rows;
   std::vector<std::string> notes;  // steps' ledgers and the like, printed under the table
+  std::optional<GpuInfo> gpu_after;  // clocks re-read right after this problem's timing
 };
 
 struct Report {
@@ -66,6 +68,7 @@ struct Report {
   GpuInfo gpu_after;  // clocks re-read after the last timing
   std::string command_line;
   std::string started_at;
+  TimingOptions timing;  // the settings every row was timed with
   std::vector<ProblemRun> runs;
 };
 
@@ -76,5 +79,7 @@ nlohmann::json to_json(const GpuInfo& gpu);
 
 // True if every row that ran passed its checks.
 bool all_passed(const Report& report);
+// True if at least one row that is not a peer or a ceiling ran (was not skipped).
+bool any_lesson_ran(const Report& report);
 
 }  // namespace ladder

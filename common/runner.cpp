@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
 #include <map>
 
 #include "common/compare.hpp"
@@ -33,6 +36,25 @@ std::size_t free_device_bytes() {
 constexpr std::size_t kHeadroomBytes = std::size_t(512) << 20;
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
+
+// MemAvailable from /proc/meminfo (Linux), or nothing where it cannot be read.
+std::optional<std::size_t> available_host_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return std::nullopt;
+}
+
+void ensure_host_fits(std::size_t bytes, const std::string& what) {
+  const auto available = available_host_bytes();
+  if (available && bytes > *available)
+    throw HostMemoryError(fmt::format(
+        "{} need {:.2f} GiB of host memory but only {:.2f} GiB is available: use a smaller problem",
+        what, double(bytes) / (1ull << 30), double(*available) / (1ull << 30)));
+}
 
 void ensure_fits(std::size_t bytes, const std::string& what) {
   const std::size_t free_bytes = free_device_bytes();
@@ -85,23 +107,101 @@ struct VariantHooks {
   std::function<void(const Output&)> save;
 };
 
-struct Baselines {
-  std::map<std::string, Output> outputs;
-  std::map<std::string, Timing> timings;
+// A variant's launch kept for the later timing rounds; it owns (shares) what it needs.
+struct Retimer {
+  std::size_t row;  // index into ProblemRun::rows
+  std::function<void(cudaStream_t)> launch;
 };
 
-void finish_comparisons(Row& row, const Output& out, Baselines& baselines) {
-  if (auto it = baselines.outputs.find(row.baseline); it != baselines.outputs.end())
-    row.diff_vs_baseline = max_abs_difference(out.values, it->second.values);
-  if (row.timing)
-    if (auto it = baselines.timings.find(row.baseline); it != baselines.timings.end()) {
+// Workspaces above this are freed after the first round: such a variant (the naive step's N×N
+// matrix) is timed in one round only, rather than holding gigabytes while the others run.
+constexpr std::size_t kMaxRetainedWorkspace = std::size_t(1) << 30;
+
+struct Baselines {
+  std::set<std::string> needed;  // ids whose outputs a later row is compared with
+  std::map<std::string, Output> outputs;
+  std::vector<Retimer> retimers;
+  std::map<std::size_t, std::vector<Timing>> rounds;  // row index -> its rounds so far
+};
+
+// Rounds 2..K of every variant that ran, in ladder order; then each row's pooled timing and its
+// comparison with its baseline's, which needs every round of both.
+void finish_timing(Session& session, ProblemRun& run, const RunOptions& options,
+                   Baselines& baselines) {
+  for (int round = 1; round < options.timing.rounds && !session.context_lost; ++round)
+    for (const Retimer& t : baselines.retimers) {
+      try {
+        baselines.rounds[t.row].push_back(
+            time_launch(t.launch, session.stream.get(), options.timing, session.flusher));
+      } catch (const CudaError& e) {
+        Row& row = run.rows[t.row];
+        row.status = Row::Status::Failed;
+        row.note = fmt::format("timing round {}: {}", round + 1, e.what());
+        if (cudaDeviceSynchronize() != cudaSuccess) session.context_lost = true;
+        cudaGetLastError();
+        if (session.context_lost) break;
+      }
+    }
+  std::map<std::string, Timing> by_id;
+  for (auto& [index, rounds] : baselines.rounds) {
+    run.rows[index].timing = merge_rounds(rounds);
+    by_id[run.rows[index].id] = *run.rows[index].timing;
+  }
+  for (Row& row : run.rows) {
+    if (!row.timing || row.ceiling) continue;
+    if (auto it = by_id.find(row.baseline); it != by_id.end()) {
       row.speedup = it->second.median_ms / row.timing->median_ms;
       row.same_speed = same_speed(*row.timing, it->second);
     }
+  }
+}
+
+// The tensor-core ceiling row of an attention table, and every row's share of it. Timed on first
+// need, so it sits in the same process (and round of clocks) as the kernels it is compared with.
+void add_gemm_ceiling(Session& session, ProblemRun& run, const RunOptions& options) {
+  if (!options.time || session.context_lost) return;
+  if (!session.gemm_tried) {
+    session.gemm_tried = true;
+    try {
+      session.gemm = time_gemm_ceiling(session.stream.get(), options.timing, session.flusher,
+                                       &session.gemm_why_not);
+    } catch (const std::exception& e) {
+      session.gemm_why_not = e.what();
+      if (cudaDeviceSynchronize() != cudaSuccess) session.context_lost = true;
+      cudaGetLastError();
+    }
+  }
+  Row row;
+  row.id = "gemm-fp16";
+  row.ceiling = true;
+  if (!session.gemm) {
+    row.status = Row::Status::Skipped;
+    row.description = "cuBLAS fp16 GEMM ceiling";
+    row.note = session.gemm_why_not;
+    run.rows.push_back(std::move(row));
+    return;
+  }
+  const GemmCeiling& g = *session.gemm;
+  row.id = g.id;
+  row.description = g.description;
+  row.flops = g.flops;
+  row.timing = g.timing;
+  for (Row& r : run.rows)
+    if (r.timing && r.flops > 0) r.percent_of_gemm = g.percent_of(r.tflops());
+  run.rows.push_back(std::move(row));
+}
+
+// The ids some selected variant is compared with: only their outputs are kept (a ladder run
+// would otherwise hold every variant's output in host memory).
+std::set<std::string> baselines_needed(std::span<const VariantRef> variants) {
+  std::set<std::string> ids;
+  for (const auto& ref : variants) ids.insert(baseline_id(*ref.step, ref.index));
+  return ids;
 }
 
 void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks& hooks,
-                 const RunOptions& options, Baselines& baselines, int head_dim) {
+                 const RunOptions& options, Baselines& baselines, int head_dim,
+                 std::size_t row_index, bool retain) {
   cudaStream_t stream = session.stream.get();
   // Poison, launch once, wait, read the output back.
   auto run_once = [&] {
@@ -120,15 +220,18 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
     row.kernels = kernel_resources(ref.variant(), head_dim, session.gpu);
 
     if (options.time) {
-      row.timing = time_launch(hooks.launch, stream, options.timing, session.flusher);
+      baselines.rounds[row_index].push_back(
+          time_launch(hooks.launch, stream, options.timing, session.flusher));
+      row.timing = baselines.rounds[row_index].back();
       // The last timed launch overwrote the output: it must equal the checked one bit for bit.
       row.rerun_identical = identical(out, hooks.download());
+      if (retain) baselines.retimers.push_back({row_index, hooks.launch});
     } else {
       row.rerun_identical = identical(out, run_once());
     }
-    finish_comparisons(row, out, baselines);
-    if (row.timing) baselines.timings[row.id] = *row.timing;
-    baselines.outputs[row.id] = std::move(out);
+    if (auto it = baselines.outputs.find(row.baseline); it != baselines.outputs.end())
+      row.diff_vs_baseline = max_abs_difference(out.values, it->second.values);
+    if (baselines.needed.count(row.id)) baselines.outputs[row.id] = std::move(out);
   } catch (const CudaError& e) {
     row.status = Row::Status::Failed;
     row.note = e.what();
@@ -151,7 +254,7 @@ void for_each_variant(Session& session, ProblemRun& run, std::span<const Variant
       row.status = Row::Status::Skipped;
       row.note = "not run: an earlier kernel fault left the CUDA context unusable";
     } else {
-      body(ref, row);
+      body(ref, row, run.rows.size());
     }
     run.rows.push_back(std::move(row));
   }
@@ -210,6 +313,12 @@ std::vector<KernelResources> kernel_resources(const Variant& variant, int head_d
   std::vector<KernelResources> out;
   if (!variant.kernels) return out;
   for (const auto& k : variant.kernels(head_dim)) {
+    // A kernel above the default 48 KB of dynamic shared memory must opt in before the occupancy
+    // calculator will place even one block (it reports 0 otherwise); its launch function does the
+    // same opt-in, so setting it here changes nothing about the run.
+    if (k.dynamic_smem > 48 * 1024)
+      CUDA_CHECK(cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(k.dynamic_smem)));
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, k.func));
     KernelResources r;
@@ -244,6 +353,11 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   const std::size_t rows = std::size_t(shape.rows());
   ensure_fits(4 * elements * sizeof(__half) + rows * sizeof(float) + 2 * session.gpu.l2_bytes,
               "Q, K, V, O and the log-sum-exp");
+  // Host: Q, K, V as fp16 and widened (6 bytes an element each), and outputs downloaded as fp16
+  // and widened (6 bytes an element): the one being checked, its rerun, and every output a later
+  // row is compared with.
+  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants).size())),
+                   "Q, K, V and the outputs kept for comparison");
 
   const HalfTensor q = random_half_tensor(elements, options.seed, kStreamQ, options.q_scale);
   const HalfTensor k = random_half_tensor(elements, options.seed, kStreamK, options.k_scale);
@@ -275,7 +389,8 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   }
 
   Baselines baselines;
-  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+  baselines.needed = baselines_needed(variants);
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
@@ -294,17 +409,17 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
       row.note = fmt::format("needs {:.1f} GiB of workspace, more than the GPU has free", gib(double(ws)));
       return;
     }
-    DeviceBuffer<std::uint8_t> workspace(ws);
+    auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(ws);
     const AttentionArgs args{shape,    shape.softmax_scale(), dq.get(), dk.get(), dv.get(),
-                             dout.get(), dlse.get(),          workspace.get()};
-    const auto& launch = std::get<AttentionLaunch>(variant.launch);
+                             dout.get(), dlse.get(),          workspace->get()};
+    const auto launch = std::get<AttentionLaunch>(variant.launch);
 
     VariantHooks hooks;
     hooks.poison = [&] {
       dout.fill_bytes(kPoisonByte, session.stream.get());
       dlse.fill_bytes(kPoisonByte, session.stream.get());
     };
-    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
     hooks.download = [&] {
       Output out;
       const auto h = dout.download();
@@ -334,8 +449,11 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
         write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4",
                   {shape.batch, shape.heads, shape.seqlen}, out.lse.data(), out.lse.size() * 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, shape.head_dim);
+    run_variant(session, ref, row, hooks, options, baselines, shape.head_dim, row_index,
+                ws <= kMaxRetainedWorkspace);
   });
+  finish_timing(session, run, options, baselines);
+  add_gemm_ceiling(session, run, options);
   return run;
 }
 
@@ -370,17 +488,18 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
   }
 
   Baselines baselines;
-  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+  baselines.needed = baselines_needed(variants);
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
-    DeviceBuffer<std::uint8_t> workspace(variant.workspace_bytes(shape));
-    const MatmulArgs args{shape, da.get(), db.get(), dc.get(), workspace.get()};
-    const auto& launch = std::get<MatmulLaunch>(variant.launch);
+    auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(variant.workspace_bytes(shape));
+    const MatmulArgs args{shape, da.get(), db.get(), dc.get(), workspace->get()};
+    const auto launch = std::get<MatmulLaunch>(variant.launch);
     VariantHooks hooks;
     hooks.poison = [&] { dc.fill_bytes(kPoisonByte, session.stream.get()); };
-    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
     hooks.download = [&] {
       Output out;
       out.values = dc.download();
@@ -401,8 +520,9 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
       write_npy(dir + "/c_" + file_id(ref.id()) + ".npy", "<f4", {shape.m, shape.n},
                 out.values.data(), out.values.size() * 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, 0);
+    run_variant(session, ref, row, hooks, options, baselines, 0, row_index, true);
   });
+  finish_timing(session, run, options, baselines);
   return run;
 }
 
@@ -444,17 +564,18 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
   }
 
   Baselines baselines;
-  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row) {
+  baselines.needed = baselines_needed(variants);
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
-    DeviceBuffer<std::uint8_t> workspace(variant.workspace_bytes(shape));
-    const ReductionArgs args{shape, dx.get(), dout.get(), workspace.get()};
-    const auto& launch = std::get<ReductionLaunch>(variant.launch);
+    auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(variant.workspace_bytes(shape));
+    const ReductionArgs args{shape, dx.get(), dout.get(), workspace->get()};
+    const auto launch = std::get<ReductionLaunch>(variant.launch);
     VariantHooks hooks;
     hooks.poison = [&] { dout.fill_bytes(kPoisonByte, session.stream.get()); };
-    hooks.launch = [&](cudaStream_t s) { launch(args, s); };
+    hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
     hooks.download = [&] {
       Output out;
       out.values = dout.download();
@@ -471,8 +592,9 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
     hooks.save = [&](const Output& out) {
       write_npy(dir + "/sum_" + file_id(ref.id()) + ".npy", "<f4", {1}, out.values.data(), 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, 0);
+    run_variant(session, ref, row, hooks, options, baselines, 0, row_index, true);
   });
+  finish_timing(session, run, options, baselines);
   return run;
 }
 

@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/gpu_info.hpp"
+#include "common/peers/gemm_ceiling.hpp"
 #include "common/registry.hpp"
 #include "common/report.hpp"
 #include "common/timing.hpp"
@@ -22,6 +24,12 @@ namespace ladder {
 
 // A bad request from the user (a shape no step can run, a problem too large for the GPU).
 class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The problem's host-side buffers (inputs, downloaded outputs) do not fit in available RAM.
+class HostMemoryError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -50,6 +58,11 @@ struct Session {
   L2Flusher flusher;
   CudaStream stream;
   bool context_lost = false;  // a kernel fault poisoned the CUDA context; nothing more can run
+  // The fp16 GEMM ceiling (cuBLAS), timed once per process on first need and shown in every
+  // attention table; why_not says why it is absent.
+  std::optional<GemmCeiling> gemm;
+  std::string gemm_why_not;
+  bool gemm_tried = false;
   explicit Session(const GpuInfo& info) : gpu(info), flusher(info.l2_bytes) {}
 };
 

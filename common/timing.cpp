@@ -27,10 +27,28 @@ Timing summarize(std::vector<float> samples) {
   return t;
 }
 
+Timing merge_rounds(const std::vector<Timing>& rounds) {
+  std::vector<float> all;
+  for (const auto& r : rounds) all.insert(all.end(), r.samples_ms.begin(), r.samples_ms.end());
+  Timing t = summarize(std::move(all));
+  for (const auto& r : rounds) t.round_medians_ms.push_back(r.median_ms);
+  return t;
+}
+
 bool same_speed(const Timing& a, const Timing& b) {
   const bool a_in_b = a.median_ms >= b.p20_ms && a.median_ms <= b.p80_ms;
   const bool b_in_a = b.median_ms >= a.p20_ms && b.median_ms <= a.p80_ms;
-  return a_in_b || b_in_a;
+  if (a_in_b || b_in_a) return true;
+  if (!(a.median_ms > 0 && b.median_ms > 0)) return true;
+  if (std::fabs(a.median_ms / b.median_ms - 1.0) < kSpeedResolution) return true;
+  const auto& ra = a.round_medians_ms;
+  const auto& rb = b.round_medians_ms;
+  if (ra.size() >= 2 && ra.size() == rb.size()) {
+    const bool a_slower = a.median_ms > b.median_ms;
+    for (std::size_t i = 0; i < ra.size(); ++i)
+      if ((ra[i] > rb[i]) != a_slower) return true;  // one round disagrees: noise
+  }
+  return false;
 }
 
 L2Flusher::L2Flusher(std::size_t l2_bytes) : scratch_(std::max<std::size_t>(2 * l2_bytes, 1)) {}

@@ -17,20 +17,33 @@ struct TimingOptions {
   double warmup_ms = 25;   // run at least this long (and at least twice) before timing
   int min_reps = 5;
   int max_reps = 50;
-  double target_ms = 250;  // stop adding repetitions once this much kernel time is measured
+  double target_ms = 100;  // per round: stop adding repetitions once this much kernel time is measured
   bool flush_l2 = true;
+  // Rounds: every variant of a problem is timed once, then again, `rounds` times in all, in
+  // ladder order (interleaved), so that a drift of the clocks over the run touches every variant
+  // alike. The verdict "faster" needs the same direction in every round (same_speed below).
+  int rounds = 3;
 };
 
 struct Timing {
-  std::vector<float> samples_ms;
+  std::vector<float> samples_ms;  // every repetition of every round
   double median_ms = 0, p20_ms = 0, p80_ms = 0, min_ms = 0;
+  std::vector<double> round_medians_ms;  // one per round, in order
 };
 
 // Summary statistics of samples (the CPU tests use this directly).
 Timing summarize(std::vector<float> samples_ms);
+// The rounds of one variant pooled into one Timing (samples of all, a median per round).
+Timing merge_rounds(const std::vector<Timing>& rounds);
 
-// Two timings are "the same" when either median lies inside the other's p20–p80 spread: a
-// difference that small is noise, and the tables say "same" instead of a speed-up.
+// The smallest difference the ladder reports as a speed-up or a slow-down: the same kernel timed
+// twice in one process varies by about this much (docs/results/README.md has the measurement).
+inline constexpr double kSpeedResolution = 0.01;
+
+// Two timings are "the same" unless all of these hold: each median lies outside the other's
+// p20–p80 spread; with several rounds, every round's medians point the same way (a ranks above b
+// in each interleaved round); and the medians differ by at least kSpeedResolution. Anything less
+// is noise, and the tables say "same" instead of a speed-up.
 bool same_speed(const Timing& a, const Timing& b);
 
 // Evicts the L2 by writing a buffer twice its size, so every repetition reads its inputs from

@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <exception>
 
+#include "common/check.hpp"
 #include "common/cli.hpp"
+#include "common/exit_codes.hpp"
+#include "common/build_info.hpp"
 #include "common/gpu_info.hpp"
 #include "common/report.hpp"
 #include "common/runner.hpp"
@@ -16,9 +19,7 @@
 
 namespace {
 
-constexpr int kExitChecksFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitNoGpu = 3;
+using namespace ladder::exit_code;
 
 std::string join_args(int argc, char** argv) {
   std::string s;
@@ -32,8 +33,11 @@ void print_gpu(const ladder::GpuInfo& g) {
              g.driver_version.empty() ? "?" : g.driver_version, g.cuda_runtime / 1000,
              (g.cuda_runtime % 1000) / 10);
   if (g.sm_clock_mhz)
-    fmt::print("clocks now: SM {} MHz (max {}), memory {} MHz; commit {}\n", *g.sm_clock_mhz,
-               g.max_sm_clock_mhz.value_or(0), g.mem_clock_mhz.value_or(0), ladder::git_commit());
+    fmt::print("clocks now: SM {} MHz (max {}), memory {} MHz; ", *g.sm_clock_mhz,
+               g.max_sm_clock_mhz.value_or(0), g.mem_clock_mhz.value_or(0));
+  const auto& b = ladder::build_info();
+  fmt::print("commit {}, nvcc {}, {} build for {}\n", ladder::git_commit(), b.nvcc, b.build_type,
+             b.architectures);
 }
 
 }  // namespace
@@ -56,19 +60,27 @@ int main(int argc, char** argv) {
   try {
     const auto selected = select_variants(Registry::instance(), options, only_step);
     const DeviceCount devices = cuda_device_count();
-    if (devices.count == 0) {
+    if (devices.count == 0 && devices.no_gpu) {
       fmt::print(stderr,
                  "error: no CUDA GPU is available{}.\n"
                  "The ladder runs kernels and needs an NVIDIA GPU with a working driver.\n"
                  "On a machine without one you can still build everything and run the CPU tests "
                  "(see README.md), or list the steps with --list.\n",
                  devices.error.empty() ? "" : " (" + devices.error + ")");
-      return kExitNoGpu;
+      return kNoGpu;
+    }
+    if (devices.count == 0) {
+      fmt::print(stderr,
+                 "error: an NVIDIA driver is installed but CUDA cannot use it ({}).\n"
+                 "Check `nvidia-smi`; a driver older than this CUDA runtime needs updating.\n",
+                 devices.error);
+      return kCudaError;
     }
 
     Report report;
     report.command_line = join_args(argc, argv);
     report.started_at = utc_now();
+    report.timing = options.run.timing;
     Session session(query_gpu());
     report.gpu = session.gpu;
     print_gpu(session.gpu);
@@ -82,6 +94,9 @@ int main(int argc, char** argv) {
       }
     }
     auto show = [&](ProblemRun run) {
+      GpuInfo after = session.gpu;
+      refresh_clocks(after);  // right after the timing, so a throttled run shows up
+      run.gpu_after = after;
       print_table(run, options.resources);
       std::fflush(stdout);
       report.runs.push_back(std::move(run));
@@ -106,18 +121,32 @@ int main(int argc, char** argv) {
     }
     if (session.context_lost) {
       fmt::print(stderr, "error: a kernel fault made the GPU unusable; later variants did not run\n");
-      return kExitChecksFailed;
+      return kCudaError;
     }
     if (!all_passed(report)) {
       fmt::print(stderr, "error: at least one variant failed its checks (see the table)\n");
-      return kExitChecksFailed;
+      return kChecksFailed;
     }
-    return 0;
+    if (!any_lesson_ran(report)) {
+      fmt::print(stderr, "error: every selected variant was skipped on this GPU (see the notes in "
+                         "the table); nothing was measured\n");
+      return kNothingRan;
+    }
+    return kOk;
   } catch (const UsageError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
-    return kExitUsage;
+    return kUsage;
+  } catch (const HostMemoryError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kHostMemory;
+  } catch (const CudaError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kCudaError;
+  } catch (const std::ios_base::failure& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kIo;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
-    return kExitChecksFailed;
+    return kChecksFailed;
   }
 }

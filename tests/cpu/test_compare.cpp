@@ -79,6 +79,24 @@ TEST_CASE("timing summary: median and p20/p80", "[timing]") {
   CHECK(t.samples_ms.size() == 5);
 }
 
+TEST_CASE("rounds: a speed-up must hold in every interleaved round", "[timing]") {
+  auto round = [](float center) { return summarize({center, center * 1.001f, center * 0.999f}); };
+  // b is 5% faster in every round: different.
+  const Timing a = merge_rounds({round(10.0f), round(10.4f), round(10.2f)});
+  const Timing b = merge_rounds({round(9.5f), round(9.9f), round(9.7f)});
+  CHECK(a.round_medians_ms.size() == 3);
+  CHECK(a.samples_ms.size() == 9);
+  CHECK_FALSE(same_speed(a, b));
+  // The same pooled gap, but one round points the other way: drift, not a speed-up.
+  const Timing c = merge_rounds({round(9.5f), round(10.5f), round(9.6f)});
+  const Timing d = merge_rounds({round(10.0f), round(10.2f), round(10.1f)});
+  CHECK(same_speed(c, d));
+  // Consistent but under the resolution: the same.
+  const Timing e = merge_rounds({round(10.0f), round(10.0f), round(10.0f)});
+  const Timing f = merge_rounds({round(9.95f), round(9.95f), round(9.95f)});
+  CHECK(same_speed(e, f));
+}
+
 TEST_CASE("a difference inside the spread is the same speed", "[timing]") {
   const auto a = summarize({10, 10.2f, 9.8f, 10.1f, 9.9f});
   const auto b = summarize({10.05f, 10.15f, 9.95f, 10.0f, 10.1f});
