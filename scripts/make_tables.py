@@ -11,6 +11,7 @@ A chapter asks for a table with a marker pair; everything between them is replac
     <!-- table: bench FILE[,FILE...] peers=FILE d=64 causal=0 [ids=...] -->
         TFLOP/s per N for each variant, with the peers and the ratio to PyTorch's flash backend
     <!-- table: ncu FILE.csv [ids=...] -->            Nsight Compute counters per (variant, D)
+    <!-- table: csv FILE.csv [ids=...] [cols=0,2,5] -->  a summary CSV (first column the id) as is
 
 FILE paths are relative to docs/. `ids` keeps rows whose id starts with one of the prefixes.
     python3 scripts/make_tables.py          # rewrite the chapters
@@ -208,13 +209,27 @@ def ncu_table(spec):
     return "\n".join(out) + "\n"
 
 
+def csv_table(spec):
+    """A summary CSV (header row, then one row per id; first column the id) as a table."""
+    import csv
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    with open(DOCS / spec["file"]) as f:
+        rows = [r for r in csv.reader(f) if r and not r[0].startswith("#")]
+    header, body = rows[0], [r for r in rows[1:] if keep(r[0], prefixes)]
+    cols = [int(c) for c in spec["cols"].split(",")] if "cols" in spec else list(range(len(header)))
+    out = ["| " + " | ".join(header[c] for c in cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(r[c] for c in cols) + " |" for r in body]
+    return "\n".join(out) + "\n"
+
+
 def render(spec_text):
     words = spec_text.split()
     spec = {"type": words[0], "file": words[1]}
     for w in words[2:]:
         k, _, v = w.partition("=")
         spec[k] = v
-    tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table}
+    tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
+              "csv": csv_table}
     return tables[spec["type"]](spec)
 
 
