@@ -83,3 +83,56 @@ TEST_CASE("attention: a different seed is checked too", "[gpu][attention]") {
   const AttentionShape shape{.batch = 3, .heads = 2, .seqlen = 333, .head_dim = 128, .causal = true};
   check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
 }
+
+TEST_CASE("every kernel of every variant fits at least one block per SM", "[gpu][attention]") {
+  // The occupancy query must come after the shared-memory opt-in (a kernel above 48 KB of dynamic
+  // shared memory reads 0 blocks/SM otherwise, as the published tables once did).
+  const auto variants = testing::variants_of(Kind::Attention);
+  const GpuInfo& gpu = testing::session().gpu;
+  for (const auto& ref : variants)
+    for (int d : kHeadDims) {
+      const AttentionShape shape{.batch = 1, .heads = 1, .seqlen = 1024, .head_dim = d};
+      if (ref.variant().constraints.refuse(shape, gpu.sm)) continue;
+      for (const auto& k : kernel_resources(ref.variant(), d, gpu)) {
+        INFO(ref.id() << " D=" << d << " " << k.name << ": " << k.dynamic_smem << " B dynamic smem");
+        if (k.dynamic_smem > gpu.smem_per_block_optin) continue;  // the runner skips it, saying so
+        CHECK(k.blocks_per_sm >= 1);
+      }
+    }
+}
+
+// ---- One ctest entry for these (gpu_large): the reference of a large problem is computed once
+// for every variant of every step, rather than once per step.
+TEST_CASE("attention: a large ragged problem, every row checked", "[gpu][large]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;
+  // N = 4224 = 33 tiles of 128: ragged for every Bc above 128 and for 192-row tiles; 54 heads.
+  RunOptions options = testing::check_options();
+  const AttentionShape shape{.batch = 6, .heads = 9, .seqlen = 4224, .head_dim = 64, .causal = false};
+  REQUIRE(shape.rows() <= options.max_reference_rows);  // every row, no sample
+  check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+}
+
+TEST_CASE("the same kernel timed twice is reported the same speed", "[gpu][timing]") {
+  // Two rows of one variant, interleaved over three rounds: the verdict must be "same". A
+  // ladder that called noise a speed-up would fail here.
+  const auto variants = testing::variants_of(Kind::Attention);
+  const AttentionShape shape{.batch = 4, .heads = 8, .seqlen = 2048, .head_dim = 64, .causal = false};
+  const GpuInfo& gpu = testing::session().gpu;
+  for (const auto& ref : variants) {
+    if (ref.variant().peer || ref.variant().constraints.refuse(shape, gpu.sm)) continue;
+    if (ref.step->number < 5) continue;  // a tensor-core step: short, steady kernels
+    const std::vector<VariantRef> twice = {ref, ref};
+    RunOptions options;
+    options.check = false;
+    options.timing.rounds = 3;
+    options.timing.target_ms = 40;
+    const ProblemRun run = run_attention(testing::session(), shape, twice, options);
+    REQUIRE(run.rows.size() >= 2);
+    REQUIRE(run.rows[0].timing);
+    REQUIRE(run.rows[1].timing);
+    INFO(ref.id() << ": " << run.rows[0].timing->median_ms << " vs " << run.rows[1].timing->median_ms << " ms");
+    CHECK(same_speed(*run.rows[0].timing, *run.rows[1].timing));
+    return;  // one variant is enough
+  }
+}
