@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <cstring>
 #include <unordered_map>
 
 #include "common/check.hpp"
@@ -106,15 +105,26 @@ void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int l
 #define CUDNN_CHECK(call) check_cudnn((call), #call, __FILE__, __LINE__)
 
 // A failed step of building or running a graph: the step, the problem and the frontend's message.
-void check_fe(fe::error_t status, const char* step, const CudnnGraphKey& key) {
+// The steps that ask cuDNN whether it supports the problem throw LibraryRefusal; the others (a graph
+// we described wrongly, a failed execution) throw std::runtime_error.
+enum class Stage { Describe, Support, Execute };
+void check_fe(fe::error_t status, const char* step, Stage stage, const CudnnGraphKey& key) {
   if (status.is_good()) return;
-  const bool at_build = std::strcmp(step, "execute") != 0;
-  throw std::runtime_error(fmt::format(
-      "cuDNN frontend: {} failed for {}: {} (frontend error code {}). {}. {}", step,
-      to_string(key), status.get_message(), int(status.get_code()), versions(),
-      at_build ? "cuDNN has no engine for this problem on this GPU, or refused one of its "
-                 "attributes (its message says which); a newer cuDNN may run it (CUDNN_ROOT)"
-               : kLogHint));
+  const std::string what = fmt::format("cuDNN frontend: {} failed for {}: {} (frontend error code {}). {}",
+                                       step, to_string(key), status.get_message(),
+                                       int(status.get_code()), versions());
+  switch (stage) {
+    case Stage::Support:
+      throw LibraryRefusal(what + ". cuDNN has no engine for this problem on this GPU, or refused "
+                                  "one of its attributes (its message says which); a newer cuDNN "
+                                  "may run it (CUDNN_ROOT)");
+    case Stage::Describe:
+      throw std::runtime_error(what + ". The graph this peer describes is wrong: a bug in "
+                                      "common/peers/cudnn_attention.cpp. " + kLogHint);
+    case Stage::Execute:
+      break;
+  }
+  throw std::runtime_error(what + ". " + kLogHint);
 }
 
 // One cuDNN handle per device, created on the first launch there. cudnnCreate costs milliseconds
@@ -188,16 +198,17 @@ std::unique_ptr<CudnnGraph> build_graph(cudnnHandle_t handle, const CudnnGraphKe
         .set_dim({b, h, n, 1})
         .set_stride({h * n, n, 1, 1});
 
-  check_fe(graph.validate(), "validate", key);
-  check_fe(graph.build_operation_graph(handle), "build_operation_graph", key);
+  check_fe(graph.validate(), "validate", Stage::Describe, key);
+  check_fe(graph.build_operation_graph(handle), "build_operation_graph", Stage::Support, key);
   // Heuristics mode A first (PyTorch's choice), the fallback list if A offers nothing.
   check_fe(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-           "create_execution_plans", key);
-  check_fe(graph.check_support(), "check_support", key);
-  check_fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", key);
+           "create_execution_plans", Stage::Support, key);
+  check_fe(graph.check_support(), "check_support", Stage::Support, key);
+  check_fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", Stage::Support,
+           key);
 
   std::int64_t workspace_bytes = 0;
-  check_fe(graph.get_workspace_size(workspace_bytes), "get_workspace_size", key);
+  check_fe(graph.get_workspace_size(workspace_bytes), "get_workspace_size", Stage::Describe, key);
   built->workspace = DeviceBuffer<std::uint8_t>(std::size_t(workspace_bytes));
   return built;
 }
@@ -232,7 +243,7 @@ void launch_cudnn(const AttentionArgs& args, cudaStream_t stream, bool stats) {
       {kUidO, args.o},
   };
   if (stats) pack[kUidStats] = args.lse;
-  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", key);
+  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", Stage::Execute, key);
 }
 
 Step peers_step() {

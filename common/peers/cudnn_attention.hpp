@@ -67,11 +67,21 @@ struct CudnnGraphKey {
 CudnnGraphKey cudnn_graph_key(const AttentionShape& shape, float softmax_scale, bool stats, int device);
 std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal, stats, device 0"
 
+// cuDNN has no engine for a problem (or refuses one of its attributes) on this GPU with this
+// cuDNN: a limit of the library, not a wrong answer. Thrown by the first launch for that problem
+// (and by every later one). It is a std::runtime_error, so a harness that does not know it reports
+// the row as failed; one that does can report it as skipped, with cuDNN's message as the reason.
+class LibraryRefusal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A map from a key to a value built at most once. Building a cuDNN graph takes tens to hundreds of
 // milliseconds (heuristics, plan compilation), executing it microseconds of host time, so the
 // build happens on the first launch for a problem (the harness's untimed check run) and every
 // later launch only executes. A build that throws is remembered too: the same message is thrown
-// again for that key without asking cuDNN a second time (a shape cuDNN refuses stays refused).
+// again (the same exception object, so its type too) for that key without asking cuDNN a second
+// time: a shape cuDNN refuses stays refused.
 // Safe to use from several threads; builds are serialized.
 template <class Key, class Value>
 class BuildOnceCache {
@@ -88,12 +98,12 @@ class BuildOnceCache {
         std::unique_ptr<Value> value = build();
         if (!value) throw std::logic_error("BuildOnceCache: build() returned no value");
         entry = std::move(value);
-      } catch (const std::exception& e) {
-        entry = std::string(e.what());
+      } catch (...) {
+        entry = std::current_exception();
       }
       it = entries_.emplace(key, std::move(entry)).first;
     }
-    if (auto* failed = std::get_if<std::string>(&it->second)) throw std::runtime_error(*failed);
+    if (auto* failed = std::get_if<std::exception_ptr>(&it->second)) std::rethrow_exception(*failed);
     return *std::get<std::unique_ptr<Value>>(it->second);
   }
 
@@ -112,7 +122,7 @@ class BuildOnceCache {
   }
 
  private:
-  using Entry = std::variant<std::unique_ptr<Value>, std::string>;
+  using Entry = std::variant<std::unique_ptr<Value>, std::exception_ptr>;
   mutable std::mutex mutex_;
   std::map<Key, Entry> entries_;
   std::size_t builds_ = 0;

@@ -68,25 +68,30 @@ TEST_CASE("the build-once cache builds each key once and remembers refusals", "[
   CHECK(cache.builds() == 2);
   CHECK(cache.size() == 2);
 
-  // A build that throws is not retried: the same message comes back at once.
+  // A build that throws is not retried: the same exception, of the same type, comes back at once.
   int refusals = 0;
   auto refuse = [&] () -> std::unique_ptr<std::string> {
     ++refusals;
-    throw std::runtime_error("cuDNN frontend: check_support failed for B=1 H=1 N=17 D=64");
+    throw LibraryRefusal("cuDNN frontend: check_support failed for B=1 H=1 N=17 D=64");
   };
   for (int i = 0; i < 3; ++i) {
     try {
       cache.get(3, refuse);
       FAIL("a refused build must throw");
-    } catch (const std::runtime_error& e) {
+    } catch (const LibraryRefusal& e) {
       CHECK(contains(e.what(), "check_support failed"));
     }
   }
   CHECK(refusals == 1);
   CHECK(cache.builds() == 3);
+  // A harness that knows nothing of LibraryRefusal sees a std::runtime_error (a failed row).
+  CHECK_THROWS_AS(cache.get(3, refuse), std::runtime_error);
+  // Any other failure keeps its own type.
+  CHECK_THROWS_AS(cache.get(5, []() -> std::unique_ptr<std::string> { throw std::invalid_argument("bug"); }),
+                  std::invalid_argument);
 
   // A build that returns nothing is a bug, reported as such.
-  CHECK_THROWS_AS(cache.get(4, [] { return std::unique_ptr<std::string>(); }), std::runtime_error);
+  CHECK_THROWS_AS(cache.get(4, [] { return std::unique_ptr<std::string>(); }), std::logic_error);
 
   cache.clear();
   CHECK(cache.size() == 0);
