@@ -1,0 +1,137 @@
+// The attention arithmetic on wgmma fragments, shared by steps 16-20: the element mask, the
+// online softmax, P as the A operand of P·V, and the final normalisation and store. It is step
+// 06's code (FlashAttention-2's), re-indexed for a warpgroup's 64 × N accumulator
+// (wgmma.cuh): a thread holds rows r and r + 8, and for each n8 column tile j the pairs
+// s[4j + 0..1] (row r) and s[4j + 2..3] (row r + 8) at columns 8j + 2t, 8j + 2t + 1.
+// Everything here is per thread plus quad shuffles; nothing depends on the instruction that
+// produced the fragment, which is why Part IV's steps can change everything else.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/device/mma_fragments.cuh"
+#include "common/device/ptx.cuh"
+
+namespace ladder::hopper {
+
+// Keys at or past `key_end` of each row become −inf: the ragged end (key >= n) and, causal, the
+// keys after the row's own position. Called only on blocks that can need it.
+template <int kBlockN, bool kCausal>
+__device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], int row0, int kv_start, int n,
+                                            int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    const int key_end = kCausal ? min(n, row + 1) : n;
+    const int visible = key_end - kv_start - 2 * t;  // columns 8j + e of this thread are visible
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * j + e >= visible) s[4 * j + 2 * h + e] = -INFINITY;
+  }
+}
+
+// Online softmax of one S block, in place: s becomes P = exp(s·scale − m_new) (unnormalised),
+// the running max and sum advance, and `rescale` receives exp(m_old − m_new) per row for the
+// caller to apply to O — separately, because from step 19 on O may still be in the tensor cores'
+// hands when the softmax runs. A row with no visible key yet keeps m = −inf; it is computed
+// against 0 so that exp2 sees −inf, not NaN (−inf − −inf).
+template <int kBlockN>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&row_max)[2],
+                                               float (&row_sum)[2], float scale_log2,
+                                               float (&rescale)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = row_max[h];
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+      m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    m = frag::quad_max(m);
+    const float m_scaled = (m == -INFINITY) ? 0.f : m * scale_log2;
+    rescale[h] = ptx::exp2_approx(row_max[h] * scale_log2 - m_scaled);
+    row_max[h] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_scaled));
+        s[4 * j + 2 * h + e] = p;
+        sum += p;
+      }
+    row_sum[h] = row_sum[h] * rescale[h] + sum;  // per-thread partial; reduced over the quad at the end
+  }
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float (&rescale)[2]) {
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[4 * j + c] *= rescale[c / 2];
+}
+
+// P (fp32 accumulator layout) -> fp16 A fragments of P·V, one per k16 step of keys: the
+// accumulator's n8 tiles 2kk and 2kk+1 are exactly the A fragment of k16 step kk.
+template <int kBlockN>
+__device__ __forceinline__ void p_to_a(const float (&s)[kBlockN / 2],
+                                       std::uint32_t (&a)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[kk][r] = ptx::pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+// The deferred normalisation: the quad's partial sums are added up, and O / l is written as fp16
+// straight from the accumulator (4 bytes per lane; rows past N are not written). A row with
+// l == 0 or NaN (impossible with at least one visible key, which every row has) would get 0.
+template <int kHeadDim>
+__device__ __forceinline__ void finalize_rows(float (&o)[kHeadDim / 2], const float (&row_sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = frag::quad_sum(row_sum[h]);
+    const float inv = (l > 0.f) ? 1.f / l : 0.f;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      o[4 * j + 2 * h] *= inv;
+      o[4 * j + 2 * h + 1] *= inv;
+    }
+  }
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void store_o_rows(const float (&o)[kHeadDim / 2], __half* o_head, int row0,
+                                             int n, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= n) continue;
+    __half* dst = o_head + std::int64_t(row) * kHeadDim + 2 * t;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j)
+      *reinterpret_cast<__half2*>(dst + 8 * j) = __floats2half2_rn(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+  }
+}
+
+// The same rows written to shared memory instead, in the 128-byte swizzle of a [D/64][kTileRows]
+// [64] tile (the layout a TMA store reads): row R, column 8j + 2t goes to column block j / 8,
+// chunk (j % 8) ^ (R % 8). Conflict-free: a warp's 8 rows (g) hit 8 different chunks.
+template <int kHeadDim, int kTileRows>
+__device__ __forceinline__ void stage_o_rows(const float (&o)[kHeadDim / 2], __half* tile,
+                                             int local_row0, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = local_row0 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      __half* dst = tile + (j / 8) * kTileRows * 64 + row * 64 + (((j % 8) ^ (row % 8)) * 8) + 2 * t;
+      *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+}  // namespace ladder::hopper

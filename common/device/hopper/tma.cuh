@@ -1,0 +1,115 @@
+// The Tensor Memory Accelerator (TMA): Hopper's bulk tensor copy engine.
+//
+// One thread hands the engine a tensor map (a 128-byte description of a global tensor: base,
+// sizes, strides, the box to copy, the shared-memory swizzle) and the box's coordinates; the
+// engine copies the whole box into shared memory and signals an mbarrier with the bytes it wrote
+// (complete_tx). No thread computes an address, no register holds the data, and coordinates past
+// the tensor's end are zero-filled — so a ragged last tile needs no code at all.
+//
+// Attention tensors are [B·H][N][D] fp16. Part IV describes each as a 4-D tensor
+//   dim 0: 64 columns (128 bytes, the 128-byte swizzle's width)   stride 2 bytes
+//   dim 1: N rows                                                  stride D·2 bytes
+//   dim 2: D / 64 column blocks                                    stride 128 bytes
+//   dim 3: B·H heads                                               stride N·D·2 bytes
+// and a box of {64, rows, D/64, 1}: one copy brings a whole [D/64][rows][64] tile, the layout
+// wgmma's descriptors expect (wgmma.cuh). The head is its own dimension so that rows past N are
+// zero-filled instead of being read from the next head.
+//
+// Tensor maps are encoded on the host by the driver function cuTensorMapEncodeTiled, reached
+// through the runtime's cudaGetDriverEntryPointByVersion (no -lcuda link), and passed to the
+// kernel by value as `const __grid_constant__ CUtensorMap` parameters: the kernel takes the
+// parameter's address, which the copy engine reads from the constant bank.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "common/device/hopper/arch.cuh"
+#include "common/device/ptx.cuh"
+
+namespace ladder::hopper {
+
+// ---- Host: encode the map of one [B·H][N][D] fp16 tensor with a box of `box_rows` rows ---------
+// `box_column_blocks` is D/64 (a whole row of each box row) unless a kernel copies one 64-column
+// block at a time (step 20's store of a warpgroup's rows).
+inline CUtensorMap make_attention_tensor_map(const __half* base, int bh, int n, int head_dim,
+                                             int box_rows, int box_column_blocks = 0) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error("the CUDA driver does not provide cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
+  const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(__half);
+  const cuuint64_t sizes[4] = {64, cuuint64_t(n), cuuint64_t(head_dim / 64), cuuint64_t(bh)};
+  // Strides of dims 1..3 in bytes (dim 0 is contiguous); each a multiple of 16.
+  const cuuint64_t strides[3] = {row_bytes, 64 * sizeof(__half), row_bytes * cuuint64_t(n)};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows),
+                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / 64), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<__half*>(base),
+                            sizes, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)));
+  return map;
+}
+
+// ---- Device ---------------------------------------------------------------------------------
+#if LADDER_SM90A
+// Fetch the tensor map's 128 bytes into the copy engine's cache ahead of the first copy.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(map))
+               : "memory");
+}
+
+// Copy the box at (row, head) into shared memory at `dst` (1024-byte aligned for the swizzle);
+// the engine signals `bar` with the box's bytes when they have landed.
+__device__ __forceinline__ void tma_load_tile(void* dst, const CUtensorMap* map, std::uint64_t* bar,
+                                              int row, int head) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(ptx::smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(0), "r"(row), "r"(0), "r"(head),
+      "r"(ptx::smem_addr(bar))
+      : "memory");
+}
+
+// Copy a shared-memory tile (same layout) out to the box at (row, head). Rows past the tensor's
+// end are not written: the engine clips the box, so a ragged last tile needs no mask here either.
+// The writes are asynchronous: commit, then wait before the shared memory is reused or the
+// kernel exits.
+__device__ __forceinline__ void tma_store_tile(const CUtensorMap* map, const void* src, int row,
+                                               int column_block, int head) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::
+          "l"(reinterpret_cast<std::uint64_t>(map)),
+      "r"(0), "r"(row), "r"(column_block), "r"(head), "r"(ptx::smem_addr(src))
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// The stores' reads of shared memory are done (the buffer may be reused).
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// The stores are complete (before the thread exits).
+__device__ __forceinline__ void tma_store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+#endif  // LADDER_SM90A
+
+}  // namespace ladder::hopper
