@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -74,6 +75,9 @@ struct Constraints {
   std::int64_t max_seqlen = 0;    // attention: 0 = no limit
   // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
   std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;
+  // attention: head dimensions at which this variant launches exactly the kernel of another
+  // variant (its id): the row would measure the same code twice, so it is left out there.
+  std::map<int, std::string> same_kernel_at;
 
   // A reason the variant cannot run this problem on a GPU of compute capability `sm`, or nothing.
   std::optional<std::string> refuse(const AttentionShape& s, int sm) const;
@@ -124,6 +128,11 @@ struct Variant {
   Variant& up_to_seqlen(std::int64_t n) { constraints.max_seqlen = n; return *this; }
   Variant& refuse_if(std::function<std::optional<std::string>(const AttentionShape&)> why) {
     constraints.attention_refusal = std::move(why);
+    return *this;
+  }
+  // At head dimension d this variant is the same kernel as variant `id` ("06/lse"): not listed.
+  Variant& same_kernel_at(int d, std::string id) {
+    constraints.same_kernel_at[d] = std::move(id);
     return *this;
   }
   Variant& with_kernels(KernelsFn fn) { kernels = std::move(fn); return *this; }

@@ -56,6 +56,7 @@ void print_table(const ProblemRun& run, bool show_resources) {
   for (const Row& r : run.rows)
     if (r.ceiling && r.timing) copy_gbps = r.gbps();
   for (const Row& r : run.rows) {
+    if (!r.duplicate_of.empty()) continue;  // listed under the table, below
     std::string id = r.id + (r.peer ? " (peer)" : "") + (r.ceiling ? " (ceiling)" : "");
     if (r.status == Row::Status::Skipped || !r.timing) {
       fmt::print("{:<22} {} {}\n", id, status_text(r), r.note);
@@ -80,6 +81,8 @@ void print_table(const ProblemRun& run, bool show_resources) {
       fmt::print("    -> log-sum-exp: {}\n", r.lse_error->verdict());
   }
   for (const auto& note : run.notes) fmt::print("  note: {}\n", note);
+  for (const Row& r : run.rows)
+    if (!r.duplicate_of.empty()) fmt::print("  note: {} {}\n", r.id, r.note);
   if (!show_resources) return;
   fmt::print("\n  {:<22} {:<28} {:>7} {:>5} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "id", "kernel",
              "threads", "regs", "spill B", "smem st", "smem dyn", "blocks/SM", "occupancy");
@@ -142,6 +145,7 @@ nlohmann::json to_json(const Row& r) {
                                  : r.status == Row::Status::Failed ? "failed"
                                                                    : "skipped"},
                       {"note", r.note},
+                      {"duplicate_of", r.duplicate_of},
                       {"flops", r.flops},
                       {"bytes", r.bytes},
                       {"deterministic", r.deterministic},

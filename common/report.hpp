@@ -35,6 +35,7 @@ struct Row {
 
   enum class Status { Ok, Failed, Skipped } status = Status::Ok;
   std::string note;  // why it was skipped or failed
+  std::string duplicate_of;  // skipped because at this shape it is the same kernel as this id
 
   std::optional<Timing> timing;
   double flops = 0, bytes = 0;  // per launch, the problem's counts (not the kernel's traffic)

@@ -299,6 +299,15 @@ ProblemRun begin_run(Kind kind, const Shape& shape, nlohmann::json shape_json,
 // A variant whose constraints rule this problem out is reported as skipped, with the reason.
 template <typename Shape>
 bool refused(Row& row, const Variant& variant, const Shape& shape, int sm) {
+  if constexpr (std::is_same_v<Shape, AttentionShape>) {
+    const auto& same = variant.constraints.same_kernel_at;
+    if (auto it = same.find(shape.head_dim); it != same.end()) {
+      row.status = Row::Status::Skipped;
+      row.duplicate_of = it->second;
+      row.note = fmt::format("at D={} the same kernel as {}: not listed", shape.head_dim, it->second);
+      return true;
+    }
+  }
   auto why = variant.constraints.refuse(shape, sm);
   if (!why) return false;
   row.status = Row::Status::Skipped;
