@@ -4,17 +4,24 @@
 # so a remote runner can bring them back.
 #
 #   scripts/gpu-round.sh OUT [stage ...]
-#   stages: build test sanitize ladder bench peers ncu   (default: build test sanitize ladder)
+#   stages: build test sanitize ladder bench peers labs ncu   (default: build test sanitize ladder)
 #
-# Environment: LADDER_GIT_COMMIT names the commit in the results when the tree has no .git.
+# Results land as dated files (OUT/YYYY-MM-DD-ladder-default.json, ...-bench-d64.json, ...): copy
+# them to docs/results/<gpu>/ unchanged; a later round writes new files, never over these.
+# Environment: LADDER_GIT_COMMIT names the commit in the results when the tree has no .git;
+# SANITIZE_STEPS ("06 99") limits the sanitizer to those steps' executables (default: all);
+# BENCH_STEPS (default 3-6) the steps of the benchmark grids.
+# On a machine without network, carry .deps (the cuDNN frontend's headers, scripts/install-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+source scripts/cudnn-env.sh
 out=${1:?usage: scripts/gpu-round.sh OUT [stages...]}
 shift
 stages=("$@")
 ((${#stages[@]})) || stages=(build test sanitize ladder)
 mkdir -p "$out/logs"
+day=$(date -u +%F)
 logs="$out/logs"
 has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 summary="$out/summary.txt"
@@ -32,10 +39,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,te
 bin=build/gpu/bin
 if has build; then
   start=$SECONDS
-  cmake --preset gpu -DLADDER_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1 &&
+  # shellcheck disable=SC2086
+  cmake --preset gpu -DLADDER_PTXAS_VERBOSE=ON $LADDER_CUDNN_ARGS >"$logs/configure.log" 2>&1 &&
     cmake --build --preset gpu -j "$(nproc)" >"$logs/build.log" 2>&1
   rc=$?
-  note "build: rc=$rc in $((SECONDS - start)) s"
+  note "build: rc=$rc in $((SECONDS - start)) s; $(grep -m1 -i 'cudnn attention peer' "$logs/configure.log")"
   [ $rc -eq 0 ] || tail -40 "$logs/build.log"
   # The compiler's resource report, one line per kernel: registers, spills, shared memory.
   grep -E "Compiling entry|Used [0-9]+ registers|spill stores" "$logs/build.log" >"$logs/ptxas.txt" || true
@@ -43,7 +51,10 @@ fi
 
 if has test; then
   start=$SECONDS
-  (cd build/gpu && ctest --output-on-failure -j 1 --timeout 1500) >"$logs/ctest.log" 2>&1
+  # Correctness entries in parallel (they time nothing); gpu_large alone, since it holds the
+  # timing-noise test.
+  (cd build/gpu && ctest --output-on-failure -j 3 --timeout 1500 -E '^gpu_large$' &&
+    ctest --output-on-failure --timeout 1500 -R '^gpu_large$') >"$logs/ctest.log" 2>&1
   rc=$?
   note "tests: rc=$rc in $((SECONDS - start)) s; $(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -1)"
   grep -E "Skipped|Failed|\*\*\*" "$logs/ctest.log" | head -20 | tee -a "$summary"
@@ -53,6 +64,10 @@ if has sanitize; then
   start=$SECONDS
   : >"$logs/sanitize.log"
   for exe in "$bin"/step*; do
+    if [ -n "${SANITIZE_STEPS:-}" ]; then
+      num=$(basename "$exe" | sed -E 's/^step([0-9]+)_.*/\1/')
+      [[ " $SANITIZE_STEPS " == *" $num "* ]] || continue
+    fi
     scripts/sanitize.sh "$exe" >>"$logs/sanitize.log" 2>&1
     rc=$?
     note "sanitize $(basename "$exe"): rc=$rc"
@@ -63,7 +78,7 @@ fi
 if has ladder; then
   start=$SECONDS
   # Through the README's own command, so the round also proves it works on this machine.
-  scripts/ladder.sh --json "$out/ladder.json" >"$logs/ladder.log" 2>&1
+  scripts/ladder.sh --json "$out/$day-ladder-default.json" >"$logs/ladder.log" 2>&1
   rc=$?
   note "ladder (scripts/ladder.sh): rc=$rc in $((SECONDS - start)) s"
   # --save: the inputs and outputs as .npy, checked against PyTorch where it is installed.
@@ -79,23 +94,31 @@ fi
 # D=128). The slow rungs (00 naive, 03 FA v1) only on the seed's grid.
 if has bench; then
   start=$SECONDS
-  "$bin/ladder" --track attention --steps 4-99 --b 4 --heads 8 --d 64 --n 1024,2048,4096,8192 --mask both \
-    --no-resources --json "$out/bench-d64.json" >"$logs/bench-d64.log" 2>&1
-  note "bench d64: rc=$?"
-  "$bin/ladder" --track attention --steps 4-99 --tokens 16384 --heads 16 --d 128 --n 1024,4096,8192,16384 \
-    --mask both --no-resources --json "$out/bench-d128.json" >"$logs/bench-d128.log" 2>&1
-  note "bench d128: rc=$?"
-  "$bin/ladder" --steps 0,3 --b 4 --heads 8 --d 64 --n 1024,2048,4096,8192 --mask both --min-reps 3 \
-    --max-reps 5 --no-resources --json "$out/bench-slow.json" >"$logs/bench-slow.log" 2>&1
-  note "bench slow rungs: rc=$?"
+  bench_steps=${BENCH_STEPS:-3-6}
+  "$bin/ladder" --track attention --steps "$bench_steps" --b 4 --heads 8 --d 64 --n 1024,4096,16384 \
+    --mask both --no-resources --json "$out/$day-bench-d64.json" >"$logs/bench-d64.log" 2>&1
+  note "bench d64 (steps $bench_steps + peers): rc=$?"
+  "$bin/ladder" --track attention --steps "$bench_steps" --tokens 16384 --heads 16 --d 128 \
+    --n 1024,4096,16384 --mask both --no-resources --json "$out/$day-bench-d128.json" \
+    >"$logs/bench-d128.log" 2>&1
+  note "bench d128 (steps $bench_steps + peers): rc=$?"
   note "bench total $((SECONDS - start)) s"
 fi
 
 if has peers; then
   start=$SECONDS
-  PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/peers.json" >"$logs/peers.log" 2>&1
+  PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/$day-peers.json" >"$logs/peers.log" 2>&1
   rc=$?
   note "peers: rc=$rc in $((SECONDS - start)) s"
+fi
+
+if has labs; then
+  start=$SECONDS
+  scripts/labs-round.sh "$out/labs" >"$logs/labs.log" 2>&1
+  rc=$?
+  note "labs: rc=$rc in $((SECONDS - start)) s"
+  tail -15 "$logs/labs.log" | tee -a "$summary"
+  [ -d "$out/labs" ] && { cp -r "$out/labs" "$logs/labs-out"; rm -rf "$out/labs"; }
 fi
 
 if has ncu; then

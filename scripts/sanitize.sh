@@ -10,7 +10,7 @@ tools=("$@")
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 # Small and ragged: N = 113 is not a multiple of any tile, two heads, both masks, both D.
-args=(--no-time --b 1 --heads 2 --n 113 --d 64,128 --mask both --gemm 113,127,129 --count 100003)
+args=(--no-time --no-peers --b 1 --heads 2 --n 113 --d 64,128 --mask both --gemm 113,127,129 --count 100003)
 
 status=0
 for tool in "${tools[@]}"; do
