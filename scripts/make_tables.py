@@ -62,18 +62,21 @@ def ladder_table(spec):
     prefixes = [p for p in spec.get("ids", "").split(",") if p]
     out = []
     for run in data["runs"]:
-        rows = [r for r in run["rows"] if keep(r["id"], prefixes) or r.get("ceiling") and run["kind"] == "reduction"]
+        rows = [r for r in run["rows"]
+                if (keep(r["id"], prefixes) or r.get("ceiling")) and not r.get("duplicate_of")]
         if not any(keep(r["id"], prefixes) for r in rows):
             continue
         bandwidth = run["kind"] == "reduction"
+        gemm = any("percent_of_gemm" in r for r in rows)  # rounds from 2026-11-30 on
         out.append(f"**{run['kind']} {run['shape_text']}**\n")
-        out.append(f"| id | median ms (p20–p80) | {'GB/s' if bandwidth else 'TFLOP/s'} | max error | "
-                   "tolerance | vs | speed-up | max abs diff | rerun |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
+        out.append(f"| id | median ms (p20–p80) | {'GB/s' if bandwidth else 'TFLOP/s'} | "
+                   + ("% of GEMM | " if gemm else "") +
+                   "max error | tolerance | vs | speed-up | max abs diff | rerun |")
+        out.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if gemm else ""))
         for r in rows:
             name = r["id"] + (" (peer)" if r.get("peer") else "") + (" (ceiling)" if r.get("ceiling") else "")
             if "median_ms" not in r:
-                out.append(f"| {name} | {r['status']}: {r['note']} | | | | | | | |")
+                out.append(f"| {name} | {r['status']}: {r['note']} | | | | | | | |" + (" |" if gemm else ""))
                 continue
             rate = r["gbps"] if bandwidth else r["tflops"]
             err = r.get("error", {})
@@ -82,9 +85,12 @@ def ladder_table(spec):
                 speed = "same" if r.get("same_speed_as_baseline") else f"{r['speedup_vs_baseline']:.2f}×"
             diff = r.get("max_abs_diff_vs_baseline")
             rerun = {True: "identical", False: "differs"}.get(r.get("rerun_identical"), "")
+            pct = (f"{r['percent_of_gemm']:.0f}% | " if "percent_of_gemm" in r else " | ") if gemm else ""
+            # The row-wise rule (2026-11-30 on) reports the worst row's error against its tolerance.
+            err_key = "worst_row_error" if err.get("worst_row_error") else "max_abs"
             out.append(
                 f"| {name} | {fmt_ms(r['median_ms'])} ({fmt_ms(r['p20_ms'])}–{fmt_ms(r['p80_ms'])}) | "
-                f"{rate:.1f} | {sci(err, 'max_abs')} | {sci(err, 'tolerance')} | "
+                f"{rate:.1f} | {pct}{sci(err, err_key)} | {sci(err, 'tolerance')} | "
                 f"{r.get('baseline', '') if 'speedup_vs_baseline' in r else ''} | {speed} | "
                 f"{'' if diff is None else f'{diff:.2e}'} | {rerun} |")
         out.append("")
