@@ -28,6 +28,7 @@
 #include "common/device/mma_fragments.cuh"
 #include "common/device/ptx.cuh"
 #include "common/device/swizzle.cuh"
+#include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -40,7 +41,7 @@ namespace frag = ladder::frag;
 
 constexpr int kWarpSize = 32;
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
-constexpr float kLog2e = 1.4426950408889634f;
+using ladder::kLog2e;  // common/math.hpp
 
 // ---- The versions, as feature bits that accumulate ---------------------------------------------
 enum Feature : unsigned {
