@@ -12,6 +12,10 @@ A chapter asks for a table with a marker pair; everything between them is replac
         TFLOP/s per N for each variant, with the peers and the ratio to PyTorch's flash backend
     <!-- table: ncu FILE.csv [ids=...] -->            Nsight Compute counters per (variant, D)
     <!-- table: csv FILE.csv [ids=...] [cols=0,2,5] -->  a summary CSV (first column the id) as is
+    <!-- table: ablation FILE[,FILE...] d=64 [ids=...] -->
+        each variant's speed-up over the variant it is compared with, per N, causal and not
+
+A table whose file does not exist yet (a round still to come) reads "not measured yet".
 
 FILE paths are relative to docs/. `ids` keeps rows whose id starts with one of the prefixes.
     python3 scripts/make_tables.py          # rewrite the chapters
@@ -146,7 +150,8 @@ def bench_table(spec):
                 ids.append(row["id"])
     shape = runs[0]["shape"] if runs else {}
     head = f"B×H = {'16k tokens / N' if shape.get('batch', 0) * shape.get('seqlen', 0) == 16384 and len(set(r['shape']['batch'] for r in runs)) > 1 else shape.get('batch')} × {shape.get('heads')}"
-    out = [f"TFLOP/s, D={d}, {'causal' if causal else 'non-causal'}, {head}; in brackets the ratio to PyTorch's flash (FA2) backend in the same round.\n",
+    ratio = "; in brackets the ratio to PyTorch's flash (FA2) backend in the same round" if peers else ""
+    out = [f"TFLOP/s, D={d}, {'causal' if causal else 'non-causal'}, {head}{ratio}.\n",
            "| variant | " + " | ".join(f"N={n}" for n in ns) + " |",
            "|---|" + "---|" * len(ns)]
     for name in ("sdpa-flash", "sdpa-cudnn"):
@@ -228,14 +233,81 @@ def csv_table(spec):
     return "\n".join(out) + "\n"
 
 
+def ablation_table(spec):
+    """One row per variant at head dimension d: its speed-up over the variant it is compared with,
+    per N, non-causal then causal. A variant left out at this D (the same kernel as another) is
+    named under the table; a row compared with such a variant is compared with the kernel it
+    duplicates (the ratio of medians, marked †, when the run did not compare them itself)."""
+    runs = []
+    for f in spec["file"].split(","):
+        runs += [r for r in load(f)["runs"] if r["kind"] == "attention"]
+    d = int(spec["d"])
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    runs = [r for r in runs if r["shape"]["head_dim"] == d]
+    runs.sort(key=lambda r: (r["shape"]["causal"], r["shape"]["seqlen"]))
+    ids, duplicates, baseline_of = [], {}, {}
+    for r in runs:
+        for row in r["rows"]:
+            if not keep(row["id"], prefixes) or row.get("peer") or row.get("ceiling"):
+                continue
+            if row.get("duplicate_of"):
+                duplicates[row["id"]] = row["duplicate_of"]
+            elif row["id"] not in ids:
+                ids.append(row["id"])
+                baseline_of[row["id"]] = row.get("baseline", "")
+    head = " | ".join(f"{'causal' if r['shape']['causal'] else 'non-causal'} N={r['shape']['seqlen']}" for r in runs)
+    out = [f"Speed-up over the compared variant (\"same\": within the noise of the rounds), D={d}.\n",
+           f"| variant | vs | {head} |", "|---|---|" + "---|" * len(runs)]
+    dagger = False
+    for i in ids:
+        cells = []
+        for r in runs:
+            rows = {x["id"]: x for x in r["rows"]}
+            row = rows.get(i)
+            if row is None or "median_ms" not in row:
+                cells.append("—" if row is None else row["status"])
+            elif "speedup_vs_baseline" in row:
+                cells.append("same" if row.get("same_speed_as_baseline") else f"{row['speedup_vs_baseline']:.2f}×")
+            else:
+                base = rows.get(duplicates.get(baseline_of[i], ""))
+                if base is not None and "median_ms" in base:
+                    cells.append(f"{base['median_ms'] / row['median_ms']:.2f}×†")
+                    dagger = True
+                else:
+                    cells.append("")
+        vs = baseline_of[i]
+        if vs in duplicates:
+            vs += f" (= {duplicates[vs]})"
+        out.append(f"| {i} | {vs} | " + " | ".join(cells) + " |")
+    out.append("")
+    if dagger:
+        out.append("† against the kernel the compared variant duplicates at this D: the ratio of medians, without the noise test.\n")
+    if duplicates:
+        out.append(f"Not listed at D={d} (the same kernel as another row): "
+                   + ", ".join(f"{k} = {v}" for k, v in duplicates.items()) + ".\n")
+    if runs:
+        out.append(provenance_line(load(spec["file"].split(",")[0])))
+    return "\n".join(out) + "\n"
+
+
+def missing_files(spec):
+    """The files a table needs that do not exist yet (a round still to come)."""
+    files = spec["file"].split(",") + ([spec["peers"]] if "peers" in spec else [])
+    return [f for f in files if not (DOCS / f).exists()]
+
+
 def render(spec_text):
     words = spec_text.split()
     spec = {"type": words[0], "file": words[1]}
     for w in words[2:]:
         k, _, v = w.partition("=")
         spec[k] = v
+    missing = missing_files(spec)
+    if missing:
+        return ("*Not measured yet: " + ", ".join(f"`docs/{f}`" for f in missing)
+                + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
-              "csv": csv_table}
+              "csv": csv_table, "ablation": ablation_table}
     return tables[spec["type"]](spec)
 
 
