@@ -14,7 +14,8 @@
 #                                   there, else the build stage builds them in LADDER_HOPPER_BUILD
 #              LADDER_HOPPER_BUILD  build folder (default build/hopper-gpu)
 #              LADDER_HOPPER_STEPS  steps to test and time (default "16 17 18 19 20")
-#              LADDER_NCU_STEP      the step profiled by ncu (default the last of LADDER_HOPPER_STEPS)
+#              LADDER_TEST_STEPS    steps to test and sanitize (default LADDER_HOPPER_STEPS)
+#              LADDER_NCU_IDS       variants profiled by ncu (default "18/ws 20/persistent")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -31,7 +32,8 @@ note() { echo "$*" | tee -a "$summary"; }
 
 build=${LADDER_HOPPER_BUILD:-build/hopper-gpu}
 read -r -a steps <<<"${LADDER_HOPPER_STEPS:-16 17 18 19 20}"
-ncu_step=${LADDER_NCU_STEP:-${steps[-1]}}
+read -r -a test_steps <<<"${LADDER_TEST_STEPS:-${steps[*]}}"
+read -r -a ncu_ids <<<"${LADDER_NCU_IDS:-18/ws 20/persistent}"
 bin="$build/bin"
 tests="$build/tests/gpu_tests"
 note "hopper round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, steps ${steps[*]}, stages ${stages[*]}"
@@ -84,7 +86,7 @@ sanitize_step() {
 if has test || has sanitize; then
   start=$SECONDS
   pids=()
-  for s in "${steps[@]}"; do
+  for s in "${test_steps[@]}"; do
     if has test; then
       (LADDER_TEST_STEP=$s timeout 300 "$tests" >"$logs/test-$s.log" 2>&1; echo $? >"$logs/test-$s.rc") &
       pids+=($!)
@@ -95,7 +97,7 @@ if has test || has sanitize; then
     fi
   done
   wait "${pids[@]}"
-  for s in "${steps[@]}"; do
+  for s in "${test_steps[@]}"; do
     if has test; then
       note "gpu test step $s: rc=$(cat "$logs/test-$s.rc"); $(grep -E 'test cases|All tests passed' "$logs/test-$s.log" | tail -1)"
       [ "$(cat "$logs/test-$s.rc")" = 0 ] ||
@@ -110,9 +112,10 @@ if has test || has sanitize; then
 fi
 
 if has ladder; then
-  declare -A main_variant=([16]=wgmma [17]=tma [18]=ws [19]=pingpong [20]=persistent)
+  declare -A step_variants=([16]="wgmma" [17]="tma" [18]="ws" [19]="overlap pingpong pingpong_3stage"
+                           [20]="persistent persistent_3stage")
   variants=(--variant 06/h200)
-  for s in "${steps[@]}"; do variants+=(--variant "$s/${main_variant[$s]}"); done
+  for s in "${steps[@]}"; do for v in ${step_variants[$s]}; do variants+=(--variant "$s/$v"); done; done
   common=(--track attention --steps "6,$(IFS=,; echo "${steps[*]}")" "${variants[@]}" --ref-rows 256)
   start=$SECONDS
   timeout 300 "$bin/ladder" "${common[@]}" --b 4 --heads 8 --d 64 --n 4096,8192 --mask both \
@@ -189,16 +192,18 @@ if has ncu; then
   start=$SECONDS
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   declare -A kernel_of=([16]=wgmma_kernel [17]=tma_kernel [18]=ws_kernel [19]=pingpong_kernel [20]=persistent_kernel)
-  for d in 128 64; do
-    if [ "$d" = 128 ]; then shape=(--b 4 --heads 16 --n 4096 --d 128); else shape=(--b 4 --heads 8 --n 4096 --d 64); fi
-    timeout 120 "$ncu" --clock-control none -k "regex:${kernel_of[$ncu_step]}" --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats \
-      --section Occupancy --section LaunchStats \
-      --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum \
-      "$bin/ladder" --steps "$ncu_step" --no-peers "${shape[@]}" --mask none --no-time --no-check --no-resources \
-      >"$logs/ncu-d$d.txt" 2>&1
-    note "ncu step $ncu_step D=$d: rc=$?"
-    { echo "==== step $ncu_step ${shape[*]} non-causal"; cat "$logs/ncu-d$d.txt"; } >>"$out/ncu.txt"
+  for id in "${ncu_ids[@]}"; do
+    s=${id%%/*}
+    for d in 128 64; do
+      if [ "$d" = 128 ]; then shape=(--b 4 --heads 16 --n 4096 --d 128); else shape=(--b 4 --heads 8 --n 4096 --d 64); fi
+      timeout 120 "$ncu" --clock-control none -k "regex:${kernel_of[$s]}" --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+        --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum \
+        "$bin/ladder" --steps "$s" --variant "$id" --no-peers "${shape[@]}" --mask none --no-time --no-check \
+        --no-resources >"$logs/ncu.log" 2>&1
+      note "ncu $id D=$d: rc=$?"
+      { echo "==== $id ${shape[*]} non-causal"; cat "$logs/ncu.log"; } >>"$out/ncu.txt"
+    done
   done
   note "ncu total $((SECONDS - start)) s"
 fi

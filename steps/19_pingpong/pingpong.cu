@@ -50,7 +50,7 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_>
+template <int kHeadDim_, int kStages_, bool kPingPong_>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
@@ -59,7 +59,8 @@ struct Tile {
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kBlockM = 64 * kWarpgroups;  // query rows per CTA
   static constexpr int kBlockN = 128;               // keys per K/V block
-  static constexpr int kStages = 2;                 // K/V ring depth
+  static constexpr int kStages = kStages_;          // K/V ring depth
+  static constexpr bool kPingPong = kPingPong_;     // consumers take turns issuing their GEMMs
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
   static constexpr std::size_t kBarrierBytes = (1 + 2 * kStages) * sizeof(std::uint64_t);
@@ -155,8 +156,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Ping-pong turns: named barrier 1 + c is "consumer c may issue its GEMMs".
   constexpr int kTurnThreads = 2 * kWarpgroupThreads;
-  auto wait_turn = [&] { hopper::named_barrier_sync<kTurnThreads>(1 + consumer); };
-  auto pass_turn = [&] { hopper::named_barrier_arrive<kTurnThreads>(1 + (consumer ^ 1)); };
+  auto wait_turn = [&] {
+    if constexpr (T::kPingPong) hopper::named_barrier_sync<kTurnThreads>(1 + consumer);
+  };
+  auto pass_turn = [&] {
+    if constexpr (T::kPingPong) hopper::named_barrier_arrive<kTurnThreads>(1 + (consumer ^ 1));
+  };
   if (consumer == 1) pass_turn();  // consumer 0 issues first
 
   // Descriptor bases. Q: this warpgroup's 64 rows of each column block. K, V: stage 0.
@@ -240,6 +245,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<1>();  // S_i is done; P_{i-1} V_{i-1} may still run
     hopper::fence_registers(s);
     softmax_block(s, i, masked, rescale);
+    // What runs under P_{i-1} V_{i-1} is up to ptxas: the SASS shows the mask and the row maxima
+    // before the wait below and the exponentials, which overwrite S's accumulator registers,
+    // after it (docs/19_pingpong.md: writing P to separate registers instead made ptxas
+    // serialize every wgmma, warning C7513).
     hopper::wgmma_wait<0>();  // P_{i-1} V_{i-1} is done: O and p may be touched, V_{i-1} freed
     hopper::fence_registers(acc_o);
     release(prev_stage);
@@ -269,9 +278,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- Host side --------------------------------------------------------------------------------
-template <int kHeadDim, bool kCausal>
+template <class T, bool kCausal>
 void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
-  using T = Tile<kHeadDim>;
+  constexpr int kHeadDim = T::kHeadDim;
   auto* kernel = pingpong_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
@@ -286,30 +295,43 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("pingpong_kernel");
 }
 
+template <int kStages, bool kPingPong>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    if (a.shape.causal) launch_tile<kHeadDim, true>(a, stream);
-    else launch_tile<kHeadDim, false>(a, stream);
+    using T = Tile<kHeadDim, kStages, kPingPong>;
+    if (a.shape.causal) launch_tile<T, true>(a, stream);
+    else launch_tile<T, false>(a, stream);
   });
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kStages, bool kPingPong>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim>;
-  const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages>", kHeadDim,
-                                      T::kBlockM, T::kBlockN, T::kStages);
+  using T = Tile<kHeadDim, kStages, kPingPong>;
+  const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
+                                      T::kBlockM, T::kBlockN, T::kStages,
+                                      kPingPong ? "" : ",no ping-pong");
   return {ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes),
           ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes)};
 }
 
+template <int kStages, bool kPingPong>
+ladder::Variant variant(const char* name, const char* description) {
+  return ladder::attention_variant(name, description, launch<kStages, kPingPong>)
+      .needs_sm(90)
+      .for_head_dims({64, 128})
+      .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
+      .with_kernels([](int d) {
+        return d == 128 ? kernels<128, kStages, kPingPong>() : kernels<64, kStages, kPingPong>();
+      });
+}
+
+// The ablation: the in-warpgroup overlap alone, then with the ping-pong, then with a third ring
+// stage (with the overlap, a warpgroup holds two stages at once: K_i and V_{i-1}).
 LADDER_REGISTER_STEP(
     ladder::attention_step(19, "pingpong", "Overlap: softmax under the GEMMs, in-warpgroup and ping-pong", "18/ws")
-        .add(ladder::attention_variant("pingpong", "18 + S_i issued with P_{i-1}V_{i-1}, softmax under it; 2 consumers take GEMM turns",
-                                       launch)
-                 .needs_sm(90)
-                 .for_head_dims({64, 128})
-                 .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-                 .with_kernels([](int d) { return d == 128 ? kernels<128>() : kernels<64>(); }))
+        .add(variant<2, false>("overlap", "18 + S_i issued with P_{i-1}V_{i-1}, softmax(S_i) under the second"))
+        .add(variant<2, true>("pingpong", "+ the 2 consumers take turns issuing their GEMMs (named barriers)"))
+        .add(variant<3, true>("pingpong_3stage", "+ a 3-stage K/V ring"))
         .main_is("pingpong"));
 
 }  // namespace

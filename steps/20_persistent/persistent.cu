@@ -49,7 +49,7 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_>
+template <int kHeadDim_, int kStages_>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
@@ -58,7 +58,7 @@ struct Tile {
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kBlockM = 64 * kWarpgroups;  // query rows per CTA
   static constexpr int kBlockN = 128;               // keys per K/V block
-  static constexpr int kStages = 2;                 // K/V ring depth
+  static constexpr int kStages = kStages_;          // K/V ring depth
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
   static constexpr std::size_t kBarrierBytes = (2 + 2 * kStages) * sizeof(std::uint64_t);
@@ -331,9 +331,9 @@ int sm_count() {
   return count;
 }
 
-template <int kHeadDim, bool kCausal>
+template <class T, bool kCausal>
 void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
-  using T = Tile<kHeadDim>;
+  constexpr int kHeadDim = T::kHeadDim;
   auto* kernel = persistent_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
@@ -352,30 +352,37 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("persistent_kernel");
 }
 
+template <int kStages>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    if (a.shape.causal) launch_tile<kHeadDim, true>(a, stream);
-    else launch_tile<kHeadDim, false>(a, stream);
+    using T = Tile<kHeadDim, kStages>;
+    if (a.shape.causal) launch_tile<T, true>(a, stream);
+    else launch_tile<T, false>(a, stream);
   });
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kStages>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim>;
+  using T = Tile<kHeadDim, kStages>;
   const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages>", kHeadDim,
                                       T::kBlockM, T::kBlockN, T::kStages);
   return {ladder::kernel(name, persistent_kernel<T, false>, T::kThreads, T::kSmemBytes),
           ladder::kernel(name + " causal", persistent_kernel<T, true>, T::kThreads, T::kSmemBytes)};
 }
 
+template <int kStages>
+ladder::Variant variant(const char* name, const char* description) {
+  return ladder::attention_variant(name, description, launch<kStages>)
+      .needs_sm(90)
+      .for_head_dims({64, 128})
+      .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
+      .with_kernels([](int d) { return d == 128 ? kernels<128, kStages>() : kernels<64, kStages>(); });
+}
+
 LADDER_REGISTER_STEP(
     ladder::attention_step(20, "persistent", "Persistent grid: one CTA per SM over a tile list, TMA store epilogue", "19/pingpong")
-        .add(ladder::attention_variant("persistent", "19 on a persistent grid (static scheduler, ring across tiles), O by TMA store",
-                                       launch)
-                 .needs_sm(90)
-                 .for_head_dims({64, 128})
-                 .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-                 .with_kernels([](int d) { return d == 128 ? kernels<128>() : kernels<64>(); }))
+        .add(variant<2>("persistent", "19/pingpong on a persistent grid (static scheduler, ring across tiles), O by TMA store"))
+        .add(variant<3>("persistent_3stage", "the same with a 3-stage K/V ring").compared_with("19/pingpong_3stage"))
         .main_is("persistent"));
 
 }  // namespace
