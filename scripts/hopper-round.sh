@@ -198,7 +198,7 @@ if has ncu; then
       if [ "$d" = 128 ]; then shape=(--b 4 --heads 16 --n 4096 --d 128); else shape=(--b 4 --heads 8 --n 4096 --d 64); fi
       timeout 120 "$ncu" --clock-control none -k "regex:${kernel_of[$s]}" --launch-count 1 \
         --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
-        --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum \
+        --metrics sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio \
         "$bin/ladder" --steps "$s" --variant "$id" --no-peers "${shape[@]}" --mask none --no-time --no-check \
         --no-resources >"$logs/ncu.log" 2>&1
       note "ncu $id D=$d: rc=$?"

@@ -332,6 +332,6 @@ LADDER_REGISTER_STEP(
         .add(variant<2, false>("overlap", "18 + S_i issued with P_{i-1}V_{i-1}, softmax(S_i) under the second"))
         .add(variant<2, true>("pingpong", "+ the 2 consumers take turns issuing their GEMMs (named barriers)"))
         .add(variant<3, true>("pingpong_3stage", "+ a 3-stage K/V ring"))
-        .main_is("pingpong"));
+        .main_is("pingpong_3stage"));  // the fastest measured (docs/19_pingpong.md)
 
 }  // namespace
