@@ -25,6 +25,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -67,6 +68,13 @@ using AttentionLaunch = std::function<void(const AttentionArgs&, cudaStream_t)>;
 using MatmulLaunch = std::function<void(const MatmulArgs&, cudaStream_t)>;
 using ReductionLaunch = std::function<void(const ReductionArgs&, cudaStream_t)>;
 using Launch = std::variant<AttentionLaunch, MatmulLaunch, ReductionLaunch>;
+
+// Thrown by a launch function when a library peer declines a problem it was asked to run (cuDNN
+// has no engine for it): the row is reported as skipped, with the library's words, not as failed.
+class LibraryRefusal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // ---- What a variant can run ---------------------------------------------------------------------
 struct Constraints {

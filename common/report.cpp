@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -83,7 +84,9 @@ void print_table(const ProblemRun& run, bool show_resources) {
   for (const auto& note : run.notes) fmt::print("  note: {}\n", note);
   for (const Row& r : run.rows)
     if (!r.duplicate_of.empty()) fmt::print("  note: {} {}\n", r.id, r.note);
-  if (!show_resources) return;
+  const bool any_kernels = std::any_of(run.rows.begin(), run.rows.end(),
+                                      [](const Row& r) { return !r.kernels.empty(); });
+  if (!show_resources || !any_kernels) return;
   fmt::print("\n  {:<22} {:<28} {:>7} {:>5} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "id", "kernel",
              "threads", "regs", "spill B", "smem st", "smem dyn", "blocks/SM", "occupancy");
   for (const Row& r : run.rows)

@@ -79,6 +79,15 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+// A library row of a peers-only step is compared with the best lesson in the run: the main
+// variant of the last lesson step selected ("99/cudnn vs 06/h200"), not with its own step.
+std::string lesson_for_peers(std::span<const VariantRef> variants) {
+  std::string lesson;
+  for (const auto& ref : variants)
+    if (!ref.step->peers_only()) lesson = variant_id(*ref.step, ref.step->variants[ref.step->main_variant]);
+  return lesson;
+}
+
 Row make_row(const VariantRef& ref) {
   Row row;
   row.id = ref.id();
@@ -196,6 +205,7 @@ void add_gemm_ceiling(Session& session, ProblemRun& run, const RunOptions& optio
 std::set<std::string> baselines_needed(std::span<const VariantRef> variants) {
   std::set<std::string> ids;
   for (const auto& ref : variants) ids.insert(baseline_id(*ref.step, ref.index));
+  ids.insert(lesson_for_peers(variants));
   return ids;
 }
 
@@ -232,6 +242,9 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
     if (auto it = baselines.outputs.find(row.baseline); it != baselines.outputs.end())
       row.diff_vs_baseline = max_abs_difference(out.values, it->second.values);
     if (baselines.needed.count(row.id)) baselines.outputs[row.id] = std::move(out);
+  } catch (const LibraryRefusal& e) {
+    row.status = Row::Status::Skipped;
+    row.note = e.what();
   } catch (const CudaError& e) {
     row.status = Row::Status::Failed;
     row.note = e.what();
@@ -248,8 +261,10 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
 template <typename Body>
 void for_each_variant(Session& session, ProblemRun& run, std::span<const VariantRef> variants,
                       Body body) {
+  const std::string lesson = lesson_for_peers(variants);
   for (const auto& ref : variants) {
     Row row = make_row(ref);
+    if (ref.step->peers_only() && !lesson.empty()) row.baseline = lesson;
     if (session.context_lost) {
       row.status = Row::Status::Skipped;
       row.note = "not run: an earlier kernel fault left the CUDA context unusable";

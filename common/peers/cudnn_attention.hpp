@@ -31,6 +31,7 @@
 #include <variant>
 
 #include "common/problem.hpp"
+#include "common/registry.hpp"
 
 namespace ladder::peers {
 
@@ -71,10 +72,7 @@ std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal
 // cuDNN: a limit of the library, not a wrong answer. Thrown by the first launch for that problem
 // (and by every later one). It is a std::runtime_error, so a harness that does not know it reports
 // the row as failed; one that does can report it as skipped, with cuDNN's message as the reason.
-class LibraryRefusal : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using ladder::LibraryRefusal;  // common/registry.hpp: the harness reports it as a skip
 
 // A map from a key to a value built at most once. Building a cuDNN graph takes tens to hundreds of
 // milliseconds (heuristics, plan compilation), executing it microseconds of host time, so the

@@ -21,6 +21,7 @@ void check_run(const ProblemRun& run, std::span<const VariantRef> variants,
     INFO(r.id << " on " << run.shape << ": " << r.note);
     if (r.status == Row::Status::Skipped) {
       if (!r.duplicate_of.empty()) continue;  // the other variant's row checks this kernel
+      if (r.peer) continue;  // a library may decline a problem (LibraryRefusal), in its own words
       CHECK(variants[i].variant().constraints.refuse(shape, testing::session().gpu.sm));
       continue;
     }
