@@ -54,7 +54,9 @@ for lab in "${labs[@]}"; do
   timeout 300 "$bin/lab_$lab" --no-time >"$out/$lab-starter.log" 2>&1
   rc=$?
   reason=$(grep -m1 -A1 "^$lab: FAIL" "$out/$lab-starter.log" | tail -1 | cut -c1-160)
-  if [ $rc -eq 1 ] && grep -q "^$lab: FAIL" "$out/$lab-starter.log"; then
+  # A fault or an exception is not the clear failure a learner should see: it counts as unexpected.
+  if [ $rc -eq 1 ] && grep -q "^$lab: FAIL" "$out/$lab-starter.log" &&
+     ! grep -q "the checker stopped\|kernel fault" "$out/$lab-starter.log"; then
     note "$lab starter: FAIL as expected ($((SECONDS - t)) s):$reason"
   else
     note "$lab starter: UNEXPECTED exit $rc ($((SECONDS - t)) s), expected a FAIL verdict; last lines:"
