@@ -142,8 +142,9 @@ std::string judge(const Row& r, const Variant& v, const Problem& problem, int sm
   if (r.status != Row::Status::Ok) return "did not run: " + r.note;
   if (!r.error) return "no comparison with the reference";
   if (r.error->nonfinite > 0)
-    return fmt::format("{} of {} output values are NaN or inf (the output is poisoned with NaN: "
-                       "were they ever written?)", r.error->nonfinite, r.error->total);
+    return fmt::format("{} of {} output values are NaN or inf: never written (the output is "
+                       "poisoned with NaN before the launch), or computed as NaN, e.g. by "
+                       "exp(−inf − (−inf)) or 0/0", r.error->nonfinite, r.error->total);
   if (!r.error->pass) return "wrong values: " + r.error->verdict();
   if (r.lse_error && !r.lse_error->pass) return "log-sum-exp: " + r.lse_error->verdict();
   if (r.deterministic && r.rerun_identical && !*r.rerun_identical)
