@@ -1,20 +1,28 @@
 // Step 06 — FlashAttention v2.2: the details that separate step 05 from FlashAttention-2.
 //
 // Step 05 already has FA2's algorithm and FA2's instructions. The seed's line-by-line comparison
-// with FA2 v2.6.3 lists what is left; this step adds it one idea at a time, each variant on top
-// of the previous one, so that each row of the table measures one idea alone:
+// with FA2 v2.6.3 lists what is left; this step adds it one idea at a time. Every variant changes
+// exactly one thing against the variant it is compared with (in brackets), so each row of the
+// table measures one idea alone; where an idea exists at one head dimension only, the variant is
+// the same kernel as its baseline at the other D and is not listed there (same_kernel_at).
 //
-//   reverse        K/V blocks from last to first: the only blocks that need an element mask
-//                  (the ragged end, the causal diagonal) come first and run in their own loop;
-//                  the steady-state loop has no mask code at all, and warps whose rows are all
-//                  above a diagonal block skip it
-//   swizzle        XOR-swizzled shared tiles instead of rows padded to D + 8 (12.5% less smem)
-//   smem_epilogue  O staged through shared memory, so the stores are 16-byte and coalesced
-//   lse            the sum == 0 / NaN guard on 1/l, and the log-sum-exp the backward pass needs
-//   bc128          Bc = 128 at D = 64, FA2's tile (Q moves back to shared memory to make room)
-//   h200           tiles picked for the H200's register file, heaviest causal CTAs first
-//   d128_s64       D = 128 only: 64-key S tiles (FA2's 128 × 64), made to fit 255 registers
-//   d128_s64_unroll2  the same with Q Kᵀ's k16 loop unrolled by two (spill-free on sm_90a only)
+//   reverse          (05/bc64) K/V blocks from last to first: the only blocks that need an
+//                    element mask (the ragged end, the causal diagonal) come first and run in
+//                    their own loop; the steady-state loop has no mask code at all, and warps
+//                    whose rows are all above a diagonal block skip it. Step 05's tiles.
+//   d128_s32         (reverse) D = 128 only: each 64-key block computed as two 32-key S tiles
+//   d128_unroll2     (d128_s32) D = 128 only: Q Kᵀ's k16 loop unrolled by two, not fully
+//   swizzle          (d128_unroll2) XOR-swizzled shared tiles instead of rows padded to D + 8
+//   smem_epilogue    (swizzle) O staged through shared memory: 16-byte coalesced stores
+//   lse              (smem_epilogue) the sum == 0 / NaN guard on 1/l, and the log-sum-exp
+//   bc128            (lse) D = 64 only: FA2's 128 × 128 tile (Q moves back to shared memory)
+//   bc128_s64        (lse) D = 64 only: 128-key pipeline blocks computed as two 64-key S tiles,
+//                    Q stays in registers
+//   h200             (bc128_s64) heaviest causal CTAs first — the step's main variant
+//   d128_lean        (h200) D = 128 only: two register savings (K read with the A lane map, the
+//                    cp.async offsets recomputed per block)
+//   d128_s64_unroll2 (d128_lean) D = 128 only: one 64-key S tile per block (FA2's 128 × 64)
+//   d128_s64         (d128_s64_unroll2) D = 128 only: Q Kᵀ's k16 loop not unrolled
 //
 // One kernel template serves all of them: a Config carries the tile and a set of feature bits,
 // and every difference below is an `if constexpr` on one of them.
@@ -24,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -49,14 +58,15 @@ constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel m
 
 // ---- Features (the ablation) and tiles --------------------------------------------------------
 // Reverse iteration is not a bit: every variant of this step has it (step 05 is the version
-// without). The bits accumulate in the order of the variants.
+// without). The tile is not a bit either (it is Config's first parameters).
 enum Feature : unsigned {
   kSwizzle = 1u << 0,
   kSmemEpilogue = 1u << 1,
   kLse = 1u << 2,
   kHeavyFirst = 1u << 3,
-  kLeanRegisters = 1u << 4,  // the two register savings of d128_s64 (see its config)
+  kLeanRegisters = 1u << 4,  // the two register savings of d128_lean (see its config)
   kQkOneStep = 1u << 5,      // Q Kᵀ's k16 loop not unrolled (d128_s64 vs d128_s64_unroll2)
+  kQkFullUnroll = 1u << 6,   // Q Kᵀ's k16 loop fully unrolled, as step 05 has it (reverse, d128_s32)
 };
 
 // kBlockN is the key block of the pipeline (one cp.async stage, one barrier); kComputeN the
@@ -87,7 +97,9 @@ struct Config {
   static constexpr bool kHeavy = (kFeatures & kHeavyFirst) != 0;
   static constexpr bool kLean = (kFeatures & kLeanRegisters) != 0;
   // k16 steps of S = Q Kᵀ unrolled together when Q is read from shared memory (see gemm_qk).
-  static constexpr int kQkUnroll = (kFeatures & kQkOneStep) != 0 ? 1 : 2;
+  static constexpr int kQkUnroll = (kFeatures & kQkOneStep) != 0      ? 1
+                                   : (kFeatures & kQkFullUnroll) != 0 ? kDSteps
+                                                                      : 2;
 
   // Padded rows (step 05) or dense swizzled rows; see common/device/swizzle.cuh for the bank
   // arithmetic of both.
@@ -188,7 +200,8 @@ __device__ __forceinline__ void gemm_qk(float (&s)[C::kMTiles][C::kSTiles][4],
   // the Q and K fragments of several steps ahead of their mma and runs out of registers
   // (bc128 spilled 36-120 bytes per thread); two steps in flight still hide the ldmatrix
   // latency behind 4·kSTiles mma. q_frag is indexed by kk only when Q is in registers, where
-  // the loop is fully unrolled. kQkOneStep does not unroll it at all (see d128_s64).
+  // the loop is fully unrolled. kQkOneStep does not unroll it at all (see d128_s64), and
+  // kQkFullUnroll unrolls it fully as step 05 does (reverse and d128_s32 at D = 128).
 #pragma unroll(C::kQInRegisters ? C::kDSteps : C::kQkUnroll)
   for (int kk = 0; kk < C::kDSteps; ++kk) {
     std::uint32_t a[C::kMTiles][4];
@@ -569,9 +582,11 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <class C>
 std::vector<ladder::KernelInfo> kernel_pair() {
+  // The tile and the register-relevant bits (the feature bits are the variant's name).
+  const auto unroll =
+      C::kQInRegisters ? std::string(",Q in regs") : ladder::strprintf(",QK unroll %d", C::kQkUnroll);
   const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s%s>", C::kHeadDim,
-                                      C::kBlockN, C::kComputeN,
-                                      C::kQInRegisters ? ",Q in regs" : "",
+                                      C::kBlockN, C::kComputeN, unroll.c_str(),
                                       C::kLean ? ",lean" : "");
   return {ladder::kernel(name, fa_v2_2_kernel<C, false>, C::kThreads, C::kSmemBytes),
           ladder::kernel(name + " causal", fa_v2_2_kernel<C, true>, C::kThreads, C::kSmemBytes)};
@@ -590,7 +605,7 @@ ladder::Variant make_variant(const char* name, const char* description) {
   return v;
 }
 
-// ---- The ablation, one variant per idea, each on top of the previous ---------------------------
+// ---- The ablation: one idea per variant, each against the variant it changes ------------------
 // The step starts from step 05's best key block. Set to 32 if 05/bc32 measures faster than
 // 05/bc64 on the target GPU (and change improves_on below).
 constexpr int kBlockNFrom05 = 64;
@@ -600,83 +615,116 @@ constexpr unsigned kFeaturesSmemEpilogue = kFeaturesSwizzle | kSmemEpilogue;
 constexpr unsigned kFeaturesLse = kFeaturesSmemEpilogue | kLse;
 constexpr unsigned kFeaturesH200 = kFeaturesLse | kHeavyFirst;
 
-// reverse .. lse: step 05's tiles. (With kBlockNFrom05 = 32, D = 64 keeps step 05's 3-CTA
-// bound of 168 registers, which the later features push into small spills: check ptxas.)
-// D = 128 keeps step 05's pipeline block (64 keys) but
-// computes it as two S tiles of 32 keys: O (128 fp32) + S at 64 keys (64 fp32) sits at 255
-// registers, and step 05 only fit by luck of scheduling; with the two loop bodies of the
-// reverse loop (and later the swizzle's address registers) ptxas spilled 50-120 bytes per
-// thread at 64. At 32 keys the kernels fit with no spill.
+// reverse: step 05's tiles exactly, at both head dimensions, Q Kᵀ's k16 loop fully unrolled as
+// step 05 has it; the only change is the loop (and what it allows: one checked load, the mask
+// in its own loop body). (With kBlockNFrom05 = 32, D = 64 keeps step 05's 3-CTA bound of 168
+// registers, which the later features push into small spills: check ptxas.)
 template <unsigned kFeatures>
 using BaseD64 = Step05Tiles<64, kBlockNFrom05, kFeatures>;
+using ReverseD128 = Step05Tiles<128, kBlockNFrom05, kQkFullUnroll>;
+
+// d128_s32, d128_unroll2 — the price of the reverse loop at D = 128. Step 05's D = 128 kernel
+// holds O (128 fp32) and a 64-key S tile (64 fp32) and fits 255 registers with no spill; with
+// the reverse loop's second (masked) copy of the loop body it spills: 80-108 bytes per thread
+// on sm_90a with CUDA 13.0, inside both loop bodies (`reverse` is measured as it compiles;
+// docs/06 has the ptxas figures of every kernel). Two changes, one row each, lead from there
+// to the tile every later D = 128 row uses:
+//   d128_s32:     each 64-key block computed as two 32-key S tiles (32 fewer fp32 live; no
+//                 spill, 235-239 registers);
+//   d128_unroll2: Q Kᵀ's k16 loop unrolled by two instead of fully, as in every later
+//                 variant with Q in shared memory (fewer fragments in flight, 230-236).
+// Both keep the 64-key pipeline block; at D = 64 both are `reverse`'s kernel.
+using S32D128 = Config<128, 64, 32, false, 1, kQkFullUnroll>;
 template <unsigned kFeatures>
 using BaseD128 = Config<128, 64, 32, false, 1, kFeatures>;
 
 // bc128: FA2's tile at D = 64 is 128 × 128 with 4 warps. S grows to 2 × 16 × 4 = 128 fp32 per
 // thread, so Q can no longer live in registers (32 + 64 + 128 > 160): it is re-read from shared
 // memory at every k16 step, as FA2 does at this size. At D = 128 a 128-key S tile (128 fp32)
-// next to the 128-fp32 O accumulator cannot fit in 255 registers at all: D = 128 keeps the
-// base tile (FA2 itself uses 128 × 64 there, which is our pipeline block).
+// next to the 128-fp32 O accumulator cannot fit in 255 registers at all, and a 128-key block of
+// K and V (160 KB per CTA) leaves one CTA per SM: the idea is D = 64 only.
 using Bc128D64 = Config<64, 128, 128, false, 1, kFeaturesLse>;
-using Bc128D128 = BaseD128<kFeaturesLse>;
 
-// h200 — chosen before measuring, then measured the fastest at every shape (docs/06). The H200
-// has 64K registers and 228 KB of shared memory per SM. At these tiles registers, not shared
-// memory, decide how many warps share an SM: two CTAs of 4 warps at ~240 registers (three would
-// need <= 168, which spills once S, O and the epilogue's staging are all in). With two CTAs per
-// SM fixed, the knobs left are how often a CTA stops at a barrier and what it keeps in
-// registers:
-//   D = 64:  FA2's 128-key pipeline block (half the barriers and cp.async rounds of Bc = 64),
-//            computed as two 64-key S tiles so that Q stays in registers (no per-step Q
-//            ldmatrix, unlike bc128). 80 KB of shared memory: two CTAs fit with room to spare.
-//   D = 128: the base tile; a 128-key block would need 160 KB per CTA (one CTA per SM).
-//   Both:    heaviest causal CTAs first (see the kernel's grid comment).
+// bc128_s64 — the tile picked for the H200's register file. The H200 has 64K registers and
+// 228 KB of shared memory per SM. At these tiles registers, not shared memory, decide how many
+// warps share an SM: two CTAs of 4 warps at ~240 registers (three would need <= 168, which
+// spills once S, O and the epilogue's staging are all in). With two CTAs per SM fixed, the knob
+// left is how often a CTA stops at a barrier: FA2's 128-key pipeline block (half the barriers
+// and cp.async rounds of Bc = 64), computed as two 64-key S tiles so that Q stays in registers
+// (no per-step Q ldmatrix, unlike bc128). Against `lse` only the pipeline block changes (the S
+// tile, Q in registers and the features are the same). 80 KB of shared memory: two CTAs fit
+// with room to spare. D = 64 only, for bc128's reason.
+using Bc128S64D64 = Config<64, 128, 64, true, 1, kFeaturesLse>;
+
+// h200 — bc128_s64 plus heaviest causal CTAs first (see the kernel's grid comment): the
+// configuration measured fastest on the H200 at every shape (docs/06), the step's main variant.
+// Step 04 launched each head's query blocks last to first; step 05 dropped that, and this row
+// brings it back in a stronger form (the heaviest block of every head before any lighter
+// one). It changes causal grids only: the non-causal kernel is the same code as bc128_s64's
+// (and reads "same" in a sound measurement). It is the last shared row, not the first, so
+// that the main variant is a kernel of its own at both head dimensions (later steps compare
+// with 06/h200 at D = 64 and 128) and the earlier rows are the kernels measured before.
 using H200D64 = Config<64, 128, 64, true, 1, kFeaturesH200>;
 using H200D128 = BaseD128<kFeaturesH200>;
 
-// d128_s64 — D = 128 non-causal is where h200 trails FA2 (0.94-0.97x at N = 4096-16384).
-// What it changes: at D = 128 each 64-key block is ONE 64-key S tile, FA2's 128 × 64 (h200
-// splits it in two 32-key tiles), with h200's features; D = 64 is h200's config.
-// What should move, per warp and 64-key block:
-//   * Q is re-read from shared memory once per S tile: 16 instead of 32 ldmatrix.x4 for Q, 80
-//     instead of 96 in all (Nsight: ldsm 25.17M -> ~21.0M, 05/bc64's count, -17%). Shared
-//     memory bandwidth is a limiter of the same order as the tensor pipe here: 4 warps × 96
-//     ldmatrix.x4 × 512 B is ~1536 cycles at 128 B/clk per block of 2 × 128·64·128 MACs.
-//   * the online softmax runs once per 64 keys instead of twice: half the 128-FMUL O rescales,
-//     half the quad shuffles and max bookkeeping.
-//   Expected: tensor pipe active 54% -> ~57%, +3-5% at D = 128 non-causal (333 -> ~345-350
-//   TFLOP/s, FA2 336-355), causal about the same or slightly better.
-// The cost: S grows from 32 to 64 fp32 next to the 128-fp32 O; this config without
-// kLeanRegisters spills 52-72 bytes per thread (as the README says). kLeanRegisters fits it
-// in 255 with no spill by (1) addressing K with the A lane map, so Q, K and V share one lane
-// row and chunk, and (2) recomputing the cp.async offsets from threadIdx.x once per block
-// (reread_tid) instead of keeping them live through the loop; and (3), kQkOneStep, by not
-// unrolling the k16 loop of Q Kᵀ, so no second step's fragments are in flight (the other CTA's
-// warp on the scheduler hides the ldmatrix latency instead). With (1) and (2), sm_90a needs no
-// (3) (0 bytes at 255), but sm_80 still spills 4 bytes in the causal kernel; with (3) both are
-// clean. Without (1) or without (2), sm_90a spilled 4-72 bytes, unrolled or not (CUDA 13.0's
-// ptxas). Risk: zero margin at 255 registers; another ptxas may spill a few bytes.
+// d128_lean, d128_s64_unroll2, d128_s64 — D = 128 non-causal is where h200 trails FA2
+// (0.94-0.99× at N = 4096-16384); FA2 computes each 64-key block as ONE 64-key S tile.
+// What that should move, per warp and 64-key block: Q is re-read from shared memory once per
+// S tile, 16 instead of 32 ldmatrix.x4 for Q, 80 instead of 96 in all (Nsight: ldsm 25.17M ->
+// ~21.0M, 05/bc64's count, -17%); the online softmax runs once per 64 keys instead of twice
+// (half the 128-FMUL O rescales, half the quad shuffles). Expected: tensor pipe active 54% ->
+// ~57%, +3-5% at D = 128 non-causal. Measured on the first round: ldmatrix fell as predicted,
+// the kernel lost 5-6% (docs/06). The cost of the 64-key S tile is 32 more fp32 next to the
+// 128-fp32 O; without help this config spills 52-72 bytes per thread. Three rows, one change
+// each:
+//   d128_lean (vs h200): two register savings on h200's own tile, so their cost is measured
+//     alone: (1) K addressed with the A lane map, so Q, K and V share one lane row and chunk,
+//     and (2) the cp.async offsets recomputed from threadIdx.x once per block (reread_tid)
+//     instead of kept live through the loop. Expected: the same speed (a few integer
+//     instructions per block), no spill either way.
+//   d128_s64_unroll2 (vs d128_lean): one 64-key S tile per block. With (1) and (2) it fits 255
+//     registers with no spill on sm_90a (CUDA 13.0's ptxas; sm_80's causal kernel spills 4
+//     bytes). Expected: the +3-5% above, if the extra registers do not cost it back.
+//   d128_s64 (vs d128_s64_unroll2): (3) Q Kᵀ's k16 loop not unrolled, so no second step's
+//     fragments are in flight (the other CTA's warp on the scheduler hides the ldmatrix
+//     latency instead); spill-free on sm_80 too. Expected: the same or up to 2% slower (more
+//     "short scoreboard" stalls on ldmatrix).
+// Without (1) or without (2), sm_90a spilled 4-72 bytes, unrolled or not. Risk: zero margin at
+// 255 registers; another ptxas may spill a few bytes. At D = 64 all three are h200's kernel.
+using LeanD128 = BaseD128<kFeaturesH200 | kLeanRegisters>;
+using S64U2D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters>;
 using S64D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters | kQkOneStep>;
 
-// d128_s64_unroll2 — d128_s64 without (3): Q Kᵀ's k16 loop unrolled by two as in every other
-// variant, so the next step's Q and K ldmatrix overlap this step's 32 mma.
-// What should move vs d128_s64: fewer stalls on ldmatrix (Nsight: "short scoreboard" stall
-// reason down); the same ldsm count. Expected: +0-2% over d128_s64 if the two warps per
-// scheduler do not already hide that latency, else the same. Zero spills on sm_90a only.
-using S64U2D128 = Config<128, 64, 64, false, 1, kFeaturesH200 | kLeanRegisters>;
-
+// Each row names the row it changes; a row that is another's kernel at one D is left out there.
+// (A comparison whose baseline is left out at a D is meant against the kernel it duplicates.)
 LADDER_REGISTER_STEP(
     ladder::attention_step(6, "fa_v2_2",
                            "FlashAttention v2.2: reverse loop, swizzle, staged epilogue, LSE, FA2 tiles",
                            "05/bc64")
-        .add(make_variant<BaseD64<0>, BaseD128<0>>("reverse", "05 + K/V blocks last to first, masked blocks in their own loop"))
-        .add(make_variant<BaseD64<kFeaturesSwizzle>, BaseD128<kFeaturesSwizzle>>("swizzle", "+ XOR-swizzled shared tiles instead of D+8 padding"))
-        .add(make_variant<BaseD64<kFeaturesSmemEpilogue>, BaseD128<kFeaturesSmemEpilogue>>("smem_epilogue", "+ O staged through shared memory, 16-byte coalesced stores"))
-        .add(make_variant<BaseD64<kFeaturesLse>, BaseD128<kFeaturesLse>>("lse", "+ 1/l guard, log-sum-exp output"))
-        .add(make_variant<Bc128D64, Bc128D128>("bc128", "+ Bc=128 at D=64 (FA2's 128x128 tile, Q re-read from smem); D=128 unchanged"))
-        .add(make_variant<H200D64, H200D128>("h200", "+ H200 guess: D=64 128-key blocks as two 64-key S tiles, heaviest causal first"))
-        .add(make_variant<H200D64, S64D128>("d128_s64", "h200 + D=128 one 64-key S tile per block (FA2's 128x64), lean registers"))
-        .add(make_variant<H200D64, S64U2D128>("d128_s64_unroll2", "d128_s64 with Q K^T's k16 loop unrolled by two (as h200)"))
+        .add(make_variant<BaseD64<0>, ReverseD128>("reverse", "05 + K/V blocks last to first, masked blocks in their own loop")
+                 .compared_with("05/bc64"))
+        .add(make_variant<BaseD64<0>, S32D128>("d128_s32", "reverse + D=128: each 64-key block as two 32-key S tiles")
+                 .compared_with("06/reverse").same_kernel_at(64, "06/reverse"))
+        .add(make_variant<BaseD64<0>, BaseD128<0>>("d128_unroll2", "d128_s32 + D=128: Q K^T's k16 loop unrolled by two, not fully")
+                 .compared_with("06/d128_s32").same_kernel_at(64, "06/reverse"))
+        .add(make_variant<BaseD64<kFeaturesSwizzle>, BaseD128<kFeaturesSwizzle>>("swizzle", "+ XOR-swizzled shared tiles instead of D+8 padding")
+                 .compared_with("06/d128_unroll2"))
+        .add(make_variant<BaseD64<kFeaturesSmemEpilogue>, BaseD128<kFeaturesSmemEpilogue>>("smem_epilogue", "+ O staged through shared memory, 16-byte coalesced stores")
+                 .compared_with("06/swizzle"))
+        .add(make_variant<BaseD64<kFeaturesLse>, BaseD128<kFeaturesLse>>("lse", "+ 1/l guard, log-sum-exp output")
+                 .compared_with("06/smem_epilogue"))
+        .add(make_variant<Bc128D64, BaseD128<kFeaturesLse>>("bc128", "lse + D=64: FA2's 128x128 tile (Q re-read from smem)")
+                 .compared_with("06/lse").same_kernel_at(128, "06/lse"))
+        .add(make_variant<Bc128S64D64, BaseD128<kFeaturesLse>>("bc128_s64", "lse + D=64: 128-key blocks as two 64-key S tiles, Q in registers")
+                 .compared_with("06/lse").same_kernel_at(128, "06/lse"))
+        .add(make_variant<H200D64, H200D128>("h200", "bc128_s64 + heaviest causal CTAs first (the H200 configuration)")
+                 .compared_with("06/bc128_s64"))
+        .add(make_variant<H200D64, LeanD128>("d128_lean", "h200 + D=128: K with the A lane map, cp.async offsets per block")
+                 .compared_with("06/h200").same_kernel_at(64, "06/h200"))
+        .add(make_variant<H200D64, S64U2D128>("d128_s64_unroll2", "d128_lean + D=128: one 64-key S tile per block (FA2's 128x64)")
+                 .compared_with("06/d128_lean").same_kernel_at(64, "06/h200"))
+        .add(make_variant<H200D64, S64D128>("d128_s64", "d128_s64_unroll2 + D=128: Q K^T's k16 loop not unrolled")
+                 .compared_with("06/d128_s64_unroll2").same_kernel_at(64, "06/h200"))
         .main_is("h200"));  // the fastest measured on the H200 (docs/06_fa_v2_2.md)
 
 }  // namespace
