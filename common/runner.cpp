@@ -88,6 +88,30 @@ std::string lesson_for_peers(std::span<const VariantRef> variants) {
   return lesson;
 }
 
+// The variant with id "06/x", or null.
+const Variant* find_variant(const std::string& id) {
+  const auto slash = id.find('/');
+  if (slash == std::string::npos) return nullptr;
+  const Step* step = Registry::instance().find(std::atoi(id.substr(0, slash).c_str()));
+  if (!step) return nullptr;
+  for (const auto& v : step->variants)
+    if (v.name == id.substr(slash + 1)) return &v;
+  return nullptr;
+}
+
+// A baseline that is left out at this head dimension (same_kernel_at) stands for the variant
+// whose kernel it is: compare with that one.
+std::string resolve_baseline(std::string id, int head_dim) {
+  for (int hop = 0; hop < 8; ++hop) {
+    const Variant* v = find_variant(id);
+    if (!v) break;
+    const auto it = v->constraints.same_kernel_at.find(head_dim);
+    if (it == v->constraints.same_kernel_at.end()) break;
+    id = it->second;
+  }
+  return id;
+}
+
 Row make_row(const VariantRef& ref) {
   Row row;
   row.id = ref.id();
@@ -204,7 +228,11 @@ void add_gemm_ceiling(Session& session, ProblemRun& run, const RunOptions& optio
 // would otherwise hold every variant's output in host memory).
 std::set<std::string> baselines_needed(std::span<const VariantRef> variants) {
   std::set<std::string> ids;
-  for (const auto& ref : variants) ids.insert(baseline_id(*ref.step, ref.index));
+  for (const auto& ref : variants) {
+    ids.insert(baseline_id(*ref.step, ref.index));
+    for (int d : {64, 128, 256})  // the head dimensions any step instantiates
+      ids.insert(resolve_baseline(baseline_id(*ref.step, ref.index), d));
+  }
   ids.insert(lesson_for_peers(variants));
   return ids;
 }
@@ -418,6 +446,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
+    row.baseline = resolve_baseline(row.baseline, shape.head_dim);
     if (refused(row, variant, shape, session.gpu.sm)) return;
     if (variant.kernels)
       for (const auto& k : variant.kernels(shape.head_dim))

@@ -109,6 +109,26 @@ TEST_CASE("library rows come with every run of their track", "[cli][registry]") 
   CHECK(std::size_t(count_peers(select_variants(registry, *o.options, -1))) == peers->variants.size());
 }
 
+TEST_CASE("a variant left out as the same kernel as another launches exactly that kernel",
+          "[registry]") {
+  for (const auto& step : Registry::instance().steps())
+    for (const auto& v : step.variants)
+      for (const auto& [d, id] : v.constraints.same_kernel_at) {
+        INFO(variant_id(step, v) << " at D=" << d << " names " << id);
+        const Step* other_step = Registry::instance().find(std::stoi(id.substr(0, id.find('/'))));
+        REQUIRE(other_step);
+        const Variant* other = nullptr;
+        for (const auto& w : other_step->variants)
+          if (w.name == id.substr(id.find('/') + 1)) other = &w;
+        REQUIRE(other);
+        REQUIRE(v.kernels);
+        REQUIRE(other->kernels);
+        const auto mine = v.kernels(d), theirs = other->kernels(d);
+        REQUIRE(mine.size() == theirs.size());
+        for (std::size_t i = 0; i < mine.size(); ++i) CHECK(mine[i].func == theirs[i].func);
+      }
+}
+
 TEST_CASE("--list names every step and variant without touching CUDA", "[cli][registry]") {
   const std::string text = list_steps(Registry::instance(), -1);
   for (const auto& step : Registry::instance().steps())
