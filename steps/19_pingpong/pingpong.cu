@@ -22,7 +22,10 @@
 //     arrives once up front so that consumer 0 goes first, and skips its very last arrival, so
 //     that every bar.sync meets exactly one bar.arrive (n_blocks + 1 turns each).
 //
-// What stays from step 18: the producer, the ring, the tiles and the arithmetic.
+// What stays from step 18: the producer, the ring, the tiles and the arithmetic. The variants
+// are the ablation (registration block): the in-warpgroup overlap alone, with the ping-pong, and
+// with a third ring stage — with the overlap a warpgroup holds K_i and V_{i-1} at once, and two
+// stages starved it (docs/19_pingpong.md).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
