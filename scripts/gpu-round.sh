@@ -9,8 +9,9 @@
 # Results land as dated files (OUT/YYYY-MM-DD-ladder-default.json, ...-bench-d64.json, ...): copy
 # them to docs/results/<gpu>/ unchanged; a later round writes new files, never over these.
 # Environment: LADDER_GIT_COMMIT names the commit in the results when the tree has no .git;
-# SANITIZE_STEPS ("06 99") limits the sanitizer to those steps' executables (default: all);
-# BENCH_STEPS (default 3-6) the steps of the benchmark grids.
+# SANITIZE_STEPS ("06 99") limits the sanitizer to those steps' executables (default: all) and
+# SANITIZE_TOOLS ("memcheck racecheck") its tools (default: all four); BENCH_STEPS (default 4-6)
+# the steps of the benchmark grids, BENCH_N_D64 / BENCH_N_D128 their sequence lengths.
 # On a machine without network, carry .deps (the cuDNN frontend's headers, scripts/install-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +69,8 @@ if has sanitize; then
       num=$(basename "$exe" | sed -E 's/^step([0-9]+)_.*/\1/')
       [[ " $SANITIZE_STEPS " == *" $num "* ]] || continue
     fi
-    scripts/sanitize.sh "$exe" >>"$logs/sanitize.log" 2>&1
+    # shellcheck disable=SC2086
+    scripts/sanitize.sh "$exe" ${SANITIZE_TOOLS:-} >>"$logs/sanitize.log" 2>&1
     rc=$?
     note "sanitize $(basename "$exe"): rc=$rc"
   done
@@ -94,12 +96,13 @@ fi
 # D=128). The slow rungs (00 naive, 03 FA v1) only on the seed's grid.
 if has bench; then
   start=$SECONDS
-  bench_steps=${BENCH_STEPS:-3-6}
-  "$bin/ladder" --track attention --steps "$bench_steps" --b 4 --heads 8 --d 64 --n 1024,4096,16384 \
-    --mask both --no-resources --json "$out/$day-bench-d64.json" >"$logs/bench-d64.log" 2>&1
+  bench_steps=${BENCH_STEPS:-4-6}
+  "$bin/ladder" --track attention --steps "$bench_steps" --b 4 --heads 8 --d 64 \
+    --n "${BENCH_N_D64:-1024,4096,8192}" --mask both --json "$out/$day-ladder-d64.json" \
+    >"$logs/bench-d64.log" 2>&1
   note "bench d64 (steps $bench_steps + peers): rc=$?"
   "$bin/ladder" --track attention --steps "$bench_steps" --tokens 16384 --heads 16 --d 128 \
-    --n 1024,4096,16384 --mask both --no-resources --json "$out/$day-bench-d128.json" \
+    --n "${BENCH_N_D128:-1024,4096,16384}" --mask both --json "$out/$day-ladder-d128.json" \
     >"$logs/bench-d128.log" 2>&1
   note "bench d128 (steps $bench_steps + peers): rc=$?"
   note "bench total $((SECONDS - start)) s"
