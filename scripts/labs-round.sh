@@ -34,6 +34,7 @@ else
 fi
 bin=${LABS_BIN:-build/gpu/bin}
 failures=0
+declare -A verdicts
 for lab in "${labs[@]}"; do
   # The solution: must pass (exit 0) and say PASS.
   t=$SECONDS
@@ -41,8 +42,10 @@ for lab in "${labs[@]}"; do
   rc=$?
   if [ $rc -eq 0 ] && grep -q "^$lab: PASS" "$out/$lab-solution.log"; then
     note "$lab solution: PASS as expected ($((SECONDS - t)) s)"
+    verdicts[$lab]="solution PASS"
   else
     note "$lab solution: UNEXPECTED exit $rc ($((SECONDS - t)) s); last lines:"
+    verdicts[$lab]="solution UNEXPECTED (exit $rc)"
     tail -15 "$out/$lab-solution.log" | tee -a "$summary"
     failures=$((failures + 1))
   fi
@@ -58,11 +61,15 @@ for lab in "${labs[@]}"; do
   if [ $rc -eq 1 ] && grep -q "^$lab: FAIL" "$out/$lab-starter.log" &&
      ! grep -q "the checker stopped\|kernel fault" "$out/$lab-starter.log"; then
     note "$lab starter: FAIL as expected ($((SECONDS - t)) s):$reason"
+    verdicts[$lab]+=", starter FAIL as it should"
   else
     note "$lab starter: UNEXPECTED exit $rc ($((SECONDS - t)) s), expected a FAIL verdict; last lines:"
+    verdicts[$lab]+=", starter UNEXPECTED (exit $rc)"
     tail -15 "$out/$lab-starter.log" | tee -a "$summary"
     failures=$((failures + 1))
   fi
 done
+note ""
+for lab in "${labs[@]}"; do note "$lab: ${verdicts[$lab]}"; done
 note "labs round: $failures unexpected result(s) in $((SECONDS - start)) s"
 [ $failures -eq 0 ]
