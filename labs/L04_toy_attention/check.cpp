@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
     const auto toy = lab::variants_of_step(lab04::kStep);
     const auto shapes = lab::attention_grid_shapes();
     lab::attention_grid(*session, toy, shapes, verdict, lab::check_options());
+    fmt::print("large logits (Q×5, K×3):\n");
+    lab::attention_grid(*session, toy, lab::large_logit_shapes(), verdict, lab::large_logit_options());
 
     if (!options.no_time && verdict.ok()) {
       const std::vector<ladder::VariantRef> both = {lab::variant(0, "naive"), lab::variant(lab04::kStep, "toy")};

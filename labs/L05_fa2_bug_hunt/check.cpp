@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
     fmt::print("\n");
     for (const auto& [key, cells] : map) fmt::print("  D={:<3} {:<11}{}\n", key.first, key.second ? "causal" : "non-causal", cells);
 
+    fmt::print("\nlarge logits (Q×5, K×3):\n");
+    lab::attention_grid(*session, variants, lab::large_logit_shapes(), verdict, lab::large_logit_options());
+
     if (!options.no_time && verdict.ok()) {
       const ladder::AttentionShape timed{.batch = 4, .heads = 8, .seqlen = 4096, .head_dim = 64, .causal = false};
       const auto run = lab::show(ladder::run_attention(*session, timed, variants, lab::timed_options()));

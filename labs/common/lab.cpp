@@ -133,6 +133,21 @@ std::vector<AttentionShape> attention_grid_shapes() {
   return shapes;
 }
 
+std::vector<AttentionShape> large_logit_shapes() {
+  std::vector<AttentionShape> shapes;
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      shapes.push_back({.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d, .causal = causal});
+  return shapes;
+}
+
+RunOptions large_logit_options() {
+  RunOptions o = check_options();
+  o.q_scale = 5.0f;
+  o.k_scale = 3.0f;
+  return o;
+}
+
 std::string judge(const Row& r, const Variant& v, const Problem& problem, int sm) {
   if (r.status == Row::Status::Skipped) {
     if (!r.duplicate_of.empty()) return {};

@@ -65,6 +65,10 @@ ladder::RunOptions timed_options();
 // The ladder's ragged attention grid, a little smaller (three heads throughout):
 // N ∈ {1, 17, 64, 113, 128, 1000, 2048}, D ∈ {64, 128}, causal and not.
 std::vector<ladder::AttentionShape> attention_grid_shapes();
+// The GPU tests' large-logit case: Q×5, K×3 (a running maximum that moves a lot), B=2 H=3 N=1000,
+// D ∈ {64, 128}, causal and not.
+std::vector<ladder::AttentionShape> large_logit_shapes();
+ladder::RunOptions large_logit_options();
 
 // Run check-only problems and judge every row as the GPU tests do; one line per problem and
 // variant, failures recorded in `verdict`. Returns the number of failed rows.
