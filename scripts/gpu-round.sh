@@ -45,7 +45,11 @@ if has build; then
     cmake --build --preset gpu -j "$(nproc)" >"$logs/build.log" 2>&1
   rc=$?
   note "build: rc=$rc in $((SECONDS - start)) s; $(grep -m1 -i 'cudnn attention peer' "$logs/configure.log")"
-  [ $rc -eq 0 ] || tail -40 "$logs/build.log"
+  if [ $rc -ne 0 ]; then  # nothing after this can run: stop, and bring the log back
+    grep -E -B2 -A6 "error|FAILED" "$logs/build.log" | head -60
+    tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
+    exit 1
+  fi
   # The compiler's resource report, one line per kernel: registers, spills, shared memory.
   grep -E "Compiling entry|Used [0-9]+ registers|spill stores" "$logs/build.log" >"$logs/ptxas.txt" || true
 fi
