@@ -9,6 +9,7 @@
 # Results land as dated files (OUT/YYYY-MM-DD-ladder-default.json, ...-bench-d64.json, ...): copy
 # them to docs/results/<gpu>/ unchanged; a later round writes new files, never over these.
 # Environment: LADDER_GIT_COMMIT names the commit in the results when the tree has no .git;
+# TEST_REGEX limits the ctest entries run besides gpu_large (default: all);
 # SANITIZE_STEPS ("06 99") limits the sanitizer to those steps' executables (default: all) and
 # SANITIZE_TOOLS ("memcheck racecheck") its tools (default: all four); BENCH_STEPS (default 4-6)
 # the steps of the benchmark grids, BENCH_N_D64 / BENCH_N_D128 their sequence lengths.
@@ -58,7 +59,8 @@ if has test; then
   start=$SECONDS
   # Correctness entries in parallel (they time nothing); gpu_large alone, since it holds the
   # timing-noise test.
-  (cd build/gpu && ctest --output-on-failure -j 3 --timeout 1500 -E '^gpu_large$' &&
+  # TEST_REGEX limits the first part to matching tests (default: all).
+  (cd build/gpu && ctest --output-on-failure -j 3 --timeout 1500 -E '^gpu_large$' -R "${TEST_REGEX:-.}" &&
     ctest --output-on-failure --timeout 1500 -R '^gpu_large$') >"$logs/ctest.log" 2>&1
   rc=$?
   note "tests: rc=$rc in $((SECONDS - start)) s; $(grep -E 'tests passed|tests failed' "$logs/ctest.log" | tail -1)"
