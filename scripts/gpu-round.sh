@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One GPU round on a machine with a GPU, in one go: build, GPU tests, sanitizer, ladder, benchmarks,
-# peers (PyTorch SDPA), profiles. Everything lands in OUT (logs, JSON), at most a handful of files,
+# One GPU round on a machine with a GPU, in one go: build, GPU tests, ladder, benchmarks, labs,
+# peers (PyTorch SDPA), sanitizer, profiles — in that order, the most needed first, so a round cut
+# short by a time limit loses the least. Everything lands in OUT (logs, JSON), at most a handful of files,
 # so a remote runner can bring them back.
 #
 #   scripts/gpu-round.sh OUT [stage ...]
@@ -67,22 +68,6 @@ if has test; then
   grep -E "Skipped|Failed|\*\*\*" "$logs/ctest.log" | head -20 | tee -a "$summary"
 fi
 
-if has sanitize; then
-  start=$SECONDS
-  : >"$logs/sanitize.log"
-  for exe in "$bin"/step*; do
-    if [ -n "${SANITIZE_STEPS:-}" ]; then
-      num=$(basename "$exe" | sed -E 's/^step([0-9]+)_.*/\1/')
-      [[ " $SANITIZE_STEPS " == *" $num "* ]] || continue
-    fi
-    # shellcheck disable=SC2086
-    scripts/sanitize.sh "$exe" ${SANITIZE_TOOLS:-} >>"$logs/sanitize.log" 2>&1
-    rc=$?
-    note "sanitize $(basename "$exe"): rc=$rc"
-  done
-  note "sanitizer total $((SECONDS - start)) s"
-fi
-
 if has ladder; then
   start=$SECONDS
   # Through the README's own command, so the round also proves it works on this machine.
@@ -114,13 +99,6 @@ if has bench; then
   note "bench total $((SECONDS - start)) s"
 fi
 
-if has peers; then
-  start=$SECONDS
-  PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/$day-peers.json" >"$logs/peers.log" 2>&1
-  rc=$?
-  note "peers: rc=$rc in $((SECONDS - start)) s"
-fi
-
 if has labs; then
   start=$SECONDS
   scripts/labs-round.sh "$out/labs" >"$logs/labs.log" 2>&1
@@ -128,6 +106,29 @@ if has labs; then
   note "labs: rc=$rc in $((SECONDS - start)) s"
   tail -15 "$logs/labs.log" | tee -a "$summary"
   [ -d "$out/labs" ] && { cp -r "$out/labs" "$logs/labs-out"; rm -rf "$out/labs"; }
+fi
+
+if has peers; then
+  start=$SECONDS
+  PYTHONUNBUFFERED=1 python3 scripts/peers.py --out "$out/$day-peers.json" >"$logs/peers.log" 2>&1
+  rc=$?
+  note "peers: rc=$rc in $((SECONDS - start)) s"
+fi
+
+if has sanitize; then
+  start=$SECONDS
+  : >"$logs/sanitize.log"
+  for exe in "$bin"/step*; do
+    if [ -n "${SANITIZE_STEPS:-}" ]; then
+      num=$(basename "$exe" | sed -E 's/^step([0-9]+)_.*/\1/')
+      [[ " $SANITIZE_STEPS " == *" $num "* ]] || continue
+    fi
+    # shellcheck disable=SC2086
+    scripts/sanitize.sh "$exe" ${SANITIZE_TOOLS:-} >>"$logs/sanitize.log" 2>&1
+    rc=$?
+    note "sanitize $(basename "$exe"): rc=$rc"
+  done
+  note "sanitizer total $((SECONDS - start)) s"
 fi
 
 if has ncu; then
