@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
 
   try {
     const auto selected = select_variants(Registry::instance(), options, only_step);
+    // Every problem is validated before any GPU work: a bad size is a usage error on any machine.
+    for (const auto& shape : attention_shapes(options))
+      if (auto why = validate(shape)) throw UsageError(*why);
+    if (auto why = validate(MatmulShape{options.gemm[0], options.gemm[1], options.gemm[2]}))
+      throw UsageError(*why);
+    if (auto why = validate(ReductionShape{options.count})) throw UsageError(*why);
     const DeviceCount devices = cuda_device_count();
     if (devices.count == 0 && devices.no_gpu) {
       fmt::print(stderr,
