@@ -237,7 +237,7 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
       // Library rows: every run of a track that has a lesson selected includes them (they are
       // last in the registry, so the tracks are known by now), unless --no-peers.
       const bool asked = wanted.count(step.number) > 0;  // --steps 99 runs the peers alone
-      if (asked || (o.peers && tracks.count(step.track) && (o.track.empty() || o.track == step.track)))
+      if (asked || (o.peers && tracks.count(step.track)))
         for (std::size_t i = 0; i < step.variants.size(); ++i) out.push_back({&step, i});
       continue;
     }

@@ -226,12 +226,11 @@ void add_gemm_ceiling(Session& session, ProblemRun& run, const RunOptions& optio
 
 // The ids some selected variant is compared with: only their outputs are kept (a ladder run
 // would otherwise hold every variant's output in host memory).
-std::set<std::string> baselines_needed(std::span<const VariantRef> variants) {
+std::set<std::string> baselines_needed(std::span<const VariantRef> variants, int head_dim = 0) {
   std::set<std::string> ids;
   for (const auto& ref : variants) {
     ids.insert(baseline_id(*ref.step, ref.index));
-    for (int d : {64, 128, 256})  // the head dimensions any step instantiates
-      ids.insert(resolve_baseline(baseline_id(*ref.step, ref.index), d));
+    if (head_dim > 0) ids.insert(resolve_baseline(baseline_id(*ref.step, ref.index), head_dim));
   }
   ids.insert(lesson_for_peers(variants));
   return ids;
@@ -408,7 +407,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   // Host: Q, K, V as fp16 and widened (6 bytes an element each), and outputs downloaded as fp16
   // and widened (6 bytes an element): the one being checked, its rerun, and every output a later
   // row is compared with.
-  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants).size())),
+  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants, shape.head_dim).size())),
                    "Q, K, V and the outputs kept for comparison");
 
   const HalfTensor q = random_half_tensor(elements, options.seed, kStreamQ, options.q_scale);
@@ -441,7 +440,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   }
 
   Baselines baselines;
-  baselines.needed = baselines_needed(variants);
+  baselines.needed = baselines_needed(variants, shape.head_dim);
   for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
     const Variant& variant = ref.variant();
     row.flops = flops(shape);

@@ -25,19 +25,11 @@ log="$out/peers-check.log"
 say() { echo "$*" | tee -a "$log"; }
 
 # ---- PyTorch's cuDNN: the library its SDPA cuDNN backend uses ----
-torch_cudnn=$(python3 - 2>/dev/null <<'PY'
-import glob, os, sys
-hits = [h for p in sys.path for h in sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcudnn.so.9")))]
-if hits:
-    print(os.path.dirname(os.path.dirname(hits[0])))  # site-packages/nvidia/cudnn
-PY
-)
+# scripts/cudnn-env.sh finds it (site-packages/nvidia/cudnn) and puts its lib/ on the path.
+source scripts/cudnn-env.sh
+torch_cudnn=$ladder_torch_cudnn
 cudnn_root=""
-if [ -n "$torch_cudnn" ] && ls "$torch_cudnn"/lib/libcudnn.so* >/dev/null 2>&1; then
-  # cuDNN loads its sub-libraries (libcudnn_graph, _engines_*) by name: they must be on the path.
-  export LD_LIBRARY_PATH="$torch_cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  [ -f "$torch_cudnn/include/cudnn.h" ] && cudnn_root=$torch_cudnn
-fi
+[ -n "$torch_cudnn" ] && [ -f "$torch_cudnn/include/cudnn.h" ] && cudnn_root=$torch_cudnn
 say "PyTorch's cuDNN: ${torch_cudnn:-none found} (headers: ${cudnn_root:+yes}${cudnn_root:-no})"
 ls /usr/local/cuda/include/cudnn_version.h >/dev/null 2>&1 && say "toolkit has cuDNN headers" || say "toolkit has no cuDNN"
 
