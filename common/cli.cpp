@@ -109,6 +109,10 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_flag("--causal", causal, "Causal mask (same as --mask causal)")->group(attention);
   app.add_option("--mask", o.mask, "none, causal or both")
       ->check(CLI::IsMember({"none", "causal", "both"}))->group(attention);
+  app.add_option("--dtype", o.dtypes,
+                 "Element type(s) of Q, K, V, O: fp16, bf16 or fp16,bf16 (only the variants that "
+                 "support bf16 run it; the others are listed as skipped)")
+      ->delimiter(',')->check(CLI::IsMember({"fp16", "bf16"}))->group(attention);
   app.add_option("--tokens", o.tokens, "Fix B·N: batch = tokens / N for each N (e.g. 16384)")
       ->check(kPositive)->group(attention);
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
@@ -197,17 +201,21 @@ std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
   std::vector<bool> masks;
   if (o.mask == "none" || o.mask == "both") masks.push_back(false);
   if (o.mask == "causal" || o.mask == "both") masks.push_back(true);
-  for (int d : o.head_dims)
-    for (bool causal : masks)
-      for (int n : o.seqlens) {
-        AttentionShape s;
-        s.batch = o.tokens > 0 ? o.tokens / n : o.batch;
-        s.heads = o.heads;
-        s.seqlen = n;
-        s.head_dim = d;
-        s.causal = causal;
-        shapes.push_back(s);
-      }
+  for (const std::string& name : o.dtypes) {
+    const DType dtype = parse_dtype(name).value_or(DType::F16);  // the option admits known names only
+    for (int d : o.head_dims)
+      for (bool causal : masks)
+        for (int n : o.seqlens) {
+          AttentionShape s;
+          s.batch = o.tokens > 0 ? o.tokens / n : o.batch;
+          s.heads = o.heads;
+          s.seqlen = n;
+          s.head_dim = d;
+          s.causal = causal;
+          s.dtype = dtype;
+          shapes.push_back(s);
+        }
+  }
   return shapes;
 }
 

@@ -91,12 +91,13 @@ ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span
 
 ErrorStats check_attention_output(std::span<const float> output, int head_dim,
                                   std::span<const std::int64_t> rows, std::span<const double> ref64,
-                                  std::span<const double> reflow) {
+                                  std::span<const double> reflow, DType dtype) {
   const std::size_t d = std::size_t(head_dim);
   std::vector<double> got(rows.size() * d);
   for (std::size_t i = 0; i < rows.size(); ++i)
     for (std::size_t t = 0; t < d; ++t) got[i * d + t] = output[std::size_t(rows[i]) * d + t];
-  ErrorStats e = compare_rows_with_reference(got, ref64, reflow, d, attention_abs_term);
+  ErrorStats e = compare_rows_with_reference(
+      got, ref64, reflow, d, [dtype](double row_max) { return attention_abs_term(row_max, dtype); });
   e.total = std::int64_t(output.size());
   e.nonfinite = std::count_if(output.begin(), output.end(), [](float x) { return !std::isfinite(x); });
   e.pass = e.pass && e.nonfinite == 0;
@@ -110,13 +111,14 @@ ErrorStats check_attention_output(std::span<const float> output, int head_dim,
 // weighted averages of N(0,1) values, ~1/sqrt(keys) in size, so a causal problem's first rows
 // are ~1 and its last rows ~0.01. The earlier rule (one tolerance for the whole tensor with a
 // fixed 2^-11) let rows of size 0.01 err by ~100 of their ulps: P rounded to bf16 and fp16 block
-// sums passed (tests/cpu/test_broken_kernels.cpp plants both).
-double attention_abs_term(double max_abs_row) {
+// sums passed (tests/cpu/test_broken_kernels.cpp plants both). A bf16 output is rounded to 7
+// fraction bits, so its ulp, and the term, is 8 times an fp16 one.
+double attention_abs_term(double max_abs_row, DType dtype) {
   if (!(max_abs_row > 0) || !std::isfinite(max_abs_row)) return std::ldexp(1.0, -24);
   int exponent = 0;
   std::frexp(max_abs_row, &exponent);  // max = f · 2^exponent, f in [0.5, 1)
-  // fp16 has 10 fraction bits: an ulp of a value in [2^(e-1), 2^e) is 2^(e-11).
-  return std::ldexp(1.0, std::max(exponent - 11, -24));
+  // With b fraction bits (fp16: 10, bf16: 7) an ulp of a value in [2^(e-1), 2^e) is 2^(e-1-b).
+  return std::ldexp(1.0, std::max(exponent - 1 - fraction_bits(dtype), -24));
 }
 
 // The log-sum-exp is fp32 throughout; its magnitude is about log(N) + max logit (< 100 here).

@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 
+#include "common/dtype.hpp"
+
 namespace ladder {
 
 struct ErrorStats {
@@ -41,11 +43,11 @@ ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span
 // NaN/inf (the poison), the checked rows against the references with attention_abs_term.
 ErrorStats check_attention_output(std::span<const float> output, int head_dim,
                                   std::span<const std::int64_t> rows, std::span<const double> ref64,
-                                  std::span<const double> reflow);
+                                  std::span<const double> reflow, DType dtype = DType::F16);
 
 // The absolute terms of the pass rule, one per problem kind (their reasons are in compare.cpp).
-// Attention: one fp16 unit in the last place of the row's largest |reference| output.
-double attention_abs_term(double max_abs_row);
+// Attention: one unit in the last place (of the element type) of the row's largest |reference| output.
+double attention_abs_term(double max_abs_row, DType dtype = DType::F16);
 double lse_abs_term();
 double matmul_abs_term(int k);
 double reduction_abs_term(double sum_of_magnitudes);

@@ -19,8 +19,9 @@ const char* kind_name(Kind kind) {
 float AttentionShape::softmax_scale() const { return 1.0f / std::sqrt(float(head_dim)); }
 
 std::string AttentionShape::to_string() const {
-  return fmt::format("B={} H={} N={} D={} {}", batch, heads, seqlen, head_dim,
-                     causal ? "causal" : "non-causal");
+  // fp16 is left unnamed so the shapes of fp16 rounds read as they always have.
+  return fmt::format("B={} H={} N={} D={} {}{}", batch, heads, seqlen, head_dim,
+                     causal ? "causal" : "non-causal", dtype == DType::BF16 ? " bf16" : "");
 }
 std::string MatmulShape::to_string() const { return fmt::format("M={} N={} K={}", m, n, k); }
 std::string ReductionShape::to_string() const { return fmt::format("n={}", count); }
@@ -63,7 +64,7 @@ double flops(const MatmulShape& s) { return 2.0 * s.m * double(s.n) * s.k; }
 double flops(const ReductionShape& s) { return double(s.count - 1); }
 
 double min_bytes(const AttentionShape& s) {
-  return 4.0 * double(s.elements()) * 2.0;  // read Q, K, V and write O, 2 bytes each
+  return 4.0 * double(s.elements()) * 2.0;  // read Q, K, V and write O, 2 bytes each (fp16 or bf16)
 }
 double min_bytes(const MatmulShape& s) {
   return 4.0 * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);

@@ -7,14 +7,16 @@
 #include <optional>
 #include <string>
 
+#include "common/dtype.hpp"
+
 namespace ladder {
 
 enum class Kind { Attention, Matmul, Reduction };
 const char* kind_name(Kind kind);
 
 // O = softmax(Q Kᵀ · scale [+ causal mask]) V for every (batch, head).
-// Q, K, V and O are fp16, laid out [B, H, N, D] contiguous (PyTorch's SDPA layout);
-// accumulation is fp32. The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
+// Q, K, V and O are fp16 (or bf16, for the variants that declare it: common/dtype.hpp), laid out
+// [B, H, N, D] contiguous (PyTorch's SDPA layout); accumulation is fp32. The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
 // fp32 and is written only by the variants that say so.
 struct AttentionShape {
   int batch = 4;
@@ -22,11 +24,12 @@ struct AttentionShape {
   int seqlen = 4096;
   int head_dim = 64;
   bool causal = false;
+  DType dtype = DType::F16;
 
   std::int64_t rows() const { return std::int64_t(batch) * heads * seqlen; }
   std::int64_t elements() const { return rows() * head_dim; }  // of one of Q, K, V, O
   float softmax_scale() const;                                  // 1 / sqrt(D)
-  std::string to_string() const;
+  std::string to_string() const;  // "B=4 H=8 N=4096 D=64 causal", " bf16" appended for bf16
 };
 
 // C = A B with A [M, K], B [K, N], C [M, N], fp32, row-major.

@@ -58,15 +58,16 @@ std::vector<float> random_normal(std::size_t count, std::uint64_t seed, std::uin
   return out;
 }
 
-HalfTensor random_half_tensor(std::size_t count, std::uint64_t seed, std::uint64_t stream,
-                              float scale) {
-  HalfTensor t;
+Tensor16 random_tensor16(std::size_t count, std::uint64_t seed, std::uint64_t stream, DType dtype,
+                         float scale) {
+  Tensor16 t;
+  t.dtype = dtype;
   t.value = random_normal(count, seed, stream, scale);
-  t.half.resize(count);
+  t.bits.resize(count);
   parallel_for(count, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
-      t.half[i] = __float2half_rn(t.value[i]);
-      t.value[i] = __half2float(t.half[i]);
+      t.bits[i] = to_bits(dtype, t.value[i]);
+      t.value[i] = from_bits(dtype, t.bits[i]);
     }
   });
   return t;

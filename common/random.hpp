@@ -2,10 +2,10 @@
 // count or the order of generation, so every run, machine and test sees the same inputs.
 #pragma once
 
-#include <cuda_fp16.h>
-
 #include <cstdint>
 #include <vector>
+
+#include "common/dtype.hpp"
 
 namespace ladder {
 
@@ -13,14 +13,15 @@ namespace ladder {
 std::vector<float> random_normal(std::size_t count, std::uint64_t seed, std::uint64_t stream,
                                  float scale = 1.0f);
 
-// The same values rounded to fp16, and the fp16 values back as float (what a kernel actually sees,
-// and so what the reference must use).
-struct HalfTensor {
-  std::vector<__half> half;  // uploaded to the device
-  std::vector<float> value;  // exactly the fp16 values, widened
+// The same values rounded to a 16-bit type (fp16 or bf16), and those values back as float (what a
+// kernel actually sees, and so what the reference must use).
+struct Tensor16 {
+  DType dtype = DType::F16;
+  std::vector<std::uint16_t> bits;  // uploaded to the device
+  std::vector<float> value;         // exactly the rounded values, widened
 };
-HalfTensor random_half_tensor(std::size_t count, std::uint64_t seed, std::uint64_t stream,
-                              float scale = 1.0f);
+Tensor16 random_tensor16(std::size_t count, std::uint64_t seed, std::uint64_t stream,
+                         DType dtype = DType::F16, float scale = 1.0f);
 
 // Integers in [-8, 8] without 0, as float: sums of up to 2^20 of them are exact in fp32, so a
 // reduction that drops or doubles one element is caught exactly.

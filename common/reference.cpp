@@ -1,6 +1,5 @@
 #include "common/reference.hpp"
 
-#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,8 +26,6 @@ void parallel_rows(std::size_t count, Fn fn) {
     });
   for (auto& th : pool) th.join();
 }
-
-float round_to_half(float x) { return __half2float(__float2half_rn(x)); }
 
 void attention_row_fp64(const AttentionShape& s, const float* q_row, const float* k_head,
                         const float* v_head, int i, double* o, double* lse) {
@@ -73,10 +70,10 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
   for (int j = 0; j < n_keys; ++j) {
     const float p = std::exp(logits[j] - m);
     l += p;  // the sum uses the fp32 probabilities ...
-    const float p16 = round_to_half(p);  // ... the product with V their fp16 rounding
+    const float p16 = round_to(s.dtype, p);  // ... the product with V their fp16 (bf16) rounding
     for (int t = 0; t < d; ++t) acc[t] += p16 * v_head[std::int64_t(j) * d + t];
   }
-  for (int t = 0; t < d; ++t) o[t] = round_to_half(acc[t] / l);
+  for (int t = 0; t < d; ++t) o[t] = round_to(s.dtype, acc[t] / l);
   *lse = double(m + std::log(l));
 }
 

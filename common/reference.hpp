@@ -1,5 +1,5 @@
-// CPU references, in fp64 and in "low precision" (what an fp16 kernel with fp32 accumulation is
-// expected to compute). No CUDA: the CPU tests exercise all of it.
+// CPU references, in fp64 and in "low precision" (what an fp16 or bf16 kernel with fp32
+// accumulation is expected to compute). No CUDA: the CPU tests exercise all of it.
 //
 // The pass rule (compare.hpp) is FlashAttention's: a kernel's error against the fp64 reference may
 // be at most twice the error the low-precision reference makes, plus a small absolute term. The
@@ -17,11 +17,12 @@ namespace ladder {
 
 enum class Precision {
   Fp64,  // every operation in double
-  Low,   // fp32 scores and sums, P rounded to fp16 before P·V, output rounded to fp16
+  Low,   // fp32 scores and sums, P rounded to the element type (shape.dtype) before P·V, output
+         // rounded to it
 };
 
 // Rows of O (and their log-sum-exp) for the selected global rows r = (b·H + h)·N + i.
-// q, k, v hold the fp16 input values widened to float, laid out [B, H, N, D].
+// q, k, v hold the input values (fp16 or bf16, shape.dtype) widened to float, laid out [B, H, N, D].
 struct AttentionRows {
   std::vector<std::int64_t> rows;
   std::vector<double> o;    // rows.size() × D

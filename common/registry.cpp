@@ -13,6 +13,12 @@ std::optional<std::string> refuse_arch(int min_sm, int sm) {
   return fmt::format("needs compute capability {}.{} or newer (this GPU is {}.{})", min_sm / 10,
                      min_sm % 10, sm / 10, sm % 10);
 }
+
+std::string dtype_names(const std::vector<DType>& types) {
+  std::string out;
+  for (DType t : types) out += (out.empty() ? "" : " and ") + std::string(dtype_name(t));
+  return out;
+}
 }  // namespace
 
 std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) const {
@@ -21,6 +27,8 @@ std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) 
       std::find(head_dims.begin(), head_dims.end(), s.head_dim) == head_dims.end())
     return fmt::format("supports D in {{{}}} only (asked for D={})", fmt::join(head_dims, ", "),
                        s.head_dim);
+  if (std::find(dtypes.begin(), dtypes.end(), s.dtype) == dtypes.end())
+    return fmt::format("runs {} only (asked for {})", dtype_names(dtypes), dtype_name(s.dtype));
   if (max_seqlen > 0 && s.seqlen > max_seqlen)
     return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, s.seqlen);
   if (attention_refusal) return attention_refusal(s);
@@ -39,6 +47,7 @@ std::string Constraints::describe() const {
   std::string out = fmt::format("sm_{}+", min_sm);
   if (!head_dims.empty()) out += fmt::format(", D in {{{}}}", fmt::join(head_dims, ","));
   if (max_seqlen > 0) out += fmt::format(", N <= {}", max_seqlen);
+  if (dtypes.size() != 1 || dtypes[0] != DType::F16) out += ", " + dtype_names(dtypes);
   return out;
 }
 

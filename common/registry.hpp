@@ -16,6 +16,7 @@
 // drops, so every registration that is linked in runs.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +28,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -38,15 +40,45 @@ namespace ladder {
 // Everything is already allocated by the harness; a launch function only configures and launches
 // kernels on `stream` (and checks each launch with CUDA_CHECK_LAUNCH).
 
+// The DType of a kernel's element type, for as<Element>() below.
+template <class Element>
+constexpr DType dtype_of() {
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>,
+                "attention elements are __half (fp16) or __nv_bfloat16 (bf16)");
+  return std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
+}
+
 struct AttentionArgs {
   AttentionShape shape;
   float softmax_scale;  // 1 / sqrt(D)
+  // Q, K, V and O in the problem's element type, shape.dtype. The fields are typed fp16, the
+  // ladder's type, so the fp16-only steps read them as they are; a kernel that also runs bf16
+  // takes them through as<Element>(), which checks the type. Only variants that declare bf16
+  // (Variant::for_dtypes) are ever given a bf16 problem.
   const __half* q;      // [B, H, N, D]
   const __half* k;
   const __half* v;
   __half* o;           // [B, H, N, D], poisoned with NaN before the launch
   float* lse;          // [B, H, N]; written only by variants with writes_lse
   void* workspace;     // workspace_bytes(shape) bytes, or null
+
+  template <class Element>
+  struct Tensors {
+    const Element* q;
+    const Element* k;
+    const Element* v;
+    Element* o;
+  };
+  // Q, K, V, O as `Element`; throws std::logic_error if that is not the problem's type (a
+  // launch function that dispatched on shape.dtype wrongly).
+  template <class Element>
+  Tensors<Element> as() const {
+    if (dtype_of<Element>() != shape.dtype)
+      throw std::logic_error(std::string("a ") + dtype_name(shape.dtype) +
+                             " problem's tensors read as " + dtype_name(dtype_of<Element>()));
+    return {reinterpret_cast<const Element*>(q), reinterpret_cast<const Element*>(k),
+            reinterpret_cast<const Element*>(v), reinterpret_cast<Element*>(o)};
+  }
 };
 
 struct MatmulArgs {
@@ -81,6 +113,7 @@ struct Constraints {
   int min_sm = 75;  // compute capability ×10 (75 = Turing, CUDA 13's oldest; 80 = Ampere; 90 = Hopper)
   std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
   std::int64_t max_seqlen = 0;    // attention: 0 = no limit
+  std::vector<DType> dtypes{DType::F16};  // attention: element types it runs
   // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
   std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;
   // attention: head dimensions at which this variant launches exactly the kernel of another
@@ -133,6 +166,7 @@ struct Variant {
   // The registration block's setters; each returns the variant so they chain.
   Variant& needs_sm(int sm) { constraints.min_sm = sm; return *this; }
   Variant& for_head_dims(std::initializer_list<int> dims) { constraints.head_dims = dims; return *this; }
+  Variant& for_dtypes(std::initializer_list<DType> types) { constraints.dtypes = types; return *this; }
   Variant& up_to_seqlen(std::int64_t n) { constraints.max_seqlen = n; return *this; }
   Variant& refuse_if(std::function<std::optional<std::string>(const AttentionShape&)> why) {
     constraints.attention_refusal = std::move(why);

@@ -21,7 +21,7 @@
 namespace ladder {
 namespace {
 
-constexpr int kPoisonByte = 0xFF;  // every byte 0xFF: NaN in fp16 and in fp32
+constexpr int kPoisonByte = 0xFF;  // every byte 0xFF: NaN in fp16, bf16 and fp32
 
 // Streams of the random generator, one per input tensor, so Q, K and V are independent.
 enum InputStream : std::uint64_t { kStreamQ = 1, kStreamK, kStreamV, kStreamA, kStreamB, kStreamX };
@@ -64,10 +64,22 @@ void ensure_fits(std::size_t bytes, const std::string& what) {
         what, gib(double(bytes)), gib(double(free_bytes))));
 }
 
-std::vector<float> widen(const std::vector<__half>& h) {
-  std::vector<float> f(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) f[i] = __half2float(h[i]);
+std::vector<float> widen(DType dtype, const std::vector<std::uint16_t>& bits) {
+  std::vector<float> f(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) f[i] = from_bits(dtype, bits[i]);
   return f;
+}
+
+// A 16-bit tensor as .npy: fp16 as it is ("<f2"); bf16, which NumPy has no type for, widened to
+// fp32 ("<f4"), which holds every bf16 value exactly.
+void write_npy16(const std::string& path, DType dtype, const std::vector<std::int64_t>& dims,
+                 const std::vector<std::uint16_t>& bits) {
+  if (dtype == DType::F16) {
+    write_npy(path, "<f2", dims, bits.data(), bits.size() * 2);
+  } else {
+    const std::vector<float> wide = widen(dtype, bits);
+    write_npy(path, "<f4", dims, wide.data(), wide.size() * 4);
+  }
 }
 
 std::int64_t count_nonfinite(const std::vector<float>& values) {
@@ -127,7 +139,7 @@ Row make_row(const VariantRef& ref) {
 // The shared part of every variant's run. `launch` runs the variant once on `stream`; `download`
 // returns its output (as raw bits for the rerun check and as floats); `check` fills row.error.
 struct Output {
-  std::vector<std::uint16_t> bits16;  // fp16 outputs
+  std::vector<std::uint16_t> bits16;  // fp16 or bf16 outputs
   std::vector<float> values;          // widened (fp32 outputs are copied as they are)
   std::vector<float> lse;             // attention variants that write it
 };
@@ -396,28 +408,31 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   ProblemRun run = begin_run(
       Kind::Attention, shape,
       {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
-       {"head_dim", shape.head_dim}, {"causal", shape.causal}, {"q_scale", options.q_scale},
+       {"head_dim", shape.head_dim}, {"causal", shape.causal}, {"dtype", dtype_name(shape.dtype)},
+       {"q_scale", options.q_scale},
        {"k_scale", options.k_scale}},
       variants);
 
   const std::size_t elements = std::size_t(shape.elements());
   const std::size_t rows = std::size_t(shape.rows());
-  ensure_fits(4 * elements * sizeof(__half) + rows * sizeof(float) + 2 * session.gpu.l2_bytes,
+  // Q, K, V and O hold 16-bit elements (fp16 or bf16), stored as their bits.
+  ensure_fits(4 * elements * sizeof(std::uint16_t) + rows * sizeof(float) + 2 * session.gpu.l2_bytes,
               "Q, K, V, O and the log-sum-exp");
-  // Host: Q, K, V as fp16 and widened (6 bytes an element each), and outputs downloaded as fp16
-  // and widened (6 bytes an element): the one being checked, its rerun, and every output a later
-  // row is compared with.
+  // Host: Q, K, V as 16-bit and widened (6 bytes an element each), and outputs downloaded as
+  // 16-bit and widened (6 bytes an element): the one being checked, its rerun, and every output a
+  // later row is compared with.
   ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants, shape.head_dim).size())),
                    "Q, K, V and the outputs kept for comparison");
 
-  const HalfTensor q = random_half_tensor(elements, options.seed, kStreamQ, options.q_scale);
-  const HalfTensor k = random_half_tensor(elements, options.seed, kStreamK, options.k_scale);
-  const HalfTensor v = random_half_tensor(elements, options.seed, kStreamV);
-  DeviceBuffer<__half> dq(elements), dk(elements), dv(elements), dout(elements);
+  const DType dtype = shape.dtype;
+  const Tensor16 q = random_tensor16(elements, options.seed, kStreamQ, dtype, options.q_scale);
+  const Tensor16 k = random_tensor16(elements, options.seed, kStreamK, dtype, options.k_scale);
+  const Tensor16 v = random_tensor16(elements, options.seed, kStreamV, dtype);
+  DeviceBuffer<std::uint16_t> dq(elements), dk(elements), dv(elements), dout(elements);
   DeviceBuffer<float> dlse(rows);
-  dq.upload(q.half);
-  dk.upload(k.half);
-  dv.upload(v.half);
+  dq.upload(q.bits);
+  dk.upload(k.bits);
+  dv.upload(v.bits);
 
   AttentionRows ref64, reflow;
   if (options.check) {
@@ -430,13 +445,14 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
 
   std::string dir;
   if (!options.save_dir.empty()) {
-    dir = fmt::format("{}/attention_B{}_H{}_N{}_D{}_{}", options.save_dir, shape.batch,
-                      shape.heads, shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full");
+    dir = fmt::format("{}/attention_B{}_H{}_N{}_D{}_{}{}", options.save_dir, shape.batch,
+                      shape.heads, shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full",
+                      dtype == DType::BF16 ? "_bf16" : "");
     std::filesystem::create_directories(dir);
     const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
-    write_npy(dir + "/q.npy", "<f2", dims, q.half.data(), elements * 2);
-    write_npy(dir + "/k.npy", "<f2", dims, k.half.data(), elements * 2);
-    write_npy(dir + "/v.npy", "<f2", dims, v.half.data(), elements * 2);
+    write_npy16(dir + "/q.npy", dtype, dims, q.bits);
+    write_npy16(dir + "/k.npy", dtype, dims, k.bits);
+    write_npy16(dir + "/v.npy", dtype, dims, v.bits);
   }
 
   Baselines baselines;
@@ -462,8 +478,15 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
       return;
     }
     auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(ws);
-    const AttentionArgs args{shape,    shape.softmax_scale(), dq.get(), dk.get(), dv.get(),
-                             dout.get(), dlse.get(),          workspace->get()};
+    // The tensors travel as fp16 pointers whatever the dtype (AttentionArgs::as<Element>()).
+    const AttentionArgs args{shape,
+                             shape.softmax_scale(),
+                             reinterpret_cast<const __half*>(dq.get()),
+                             reinterpret_cast<const __half*>(dk.get()),
+                             reinterpret_cast<const __half*>(dv.get()),
+                             reinterpret_cast<__half*>(dout.get()),
+                             dlse.get(),
+                             workspace->get()};
     const auto launch = std::get<AttentionLaunch>(variant.launch);
 
     VariantHooks hooks;
@@ -474,15 +497,14 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
     hooks.download = [&] {
       Output out;
-      const auto h = dout.download();
-      out.bits16.resize(h.size());
-      std::memcpy(out.bits16.data(), h.data(), h.size() * 2);
-      out.values = widen(h);
+      out.bits16 = dout.download();
+      out.values = widen(dtype, out.bits16);
       if (variant.writes_lse) out.lse = dlse.download();
       return out;
     };
     hooks.check = [&](Row& r, const Output& out) {
-      r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o);
+      r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o,
+                                       dtype);
       if (variant.writes_lse) {
         std::vector<double> lse(ref64.rows.size());
         for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.rows[i])];
@@ -495,8 +517,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     };
     hooks.save = [&](const Output& out) {
       const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
-      write_npy(dir + "/o_" + file_id(ref.id()) + ".npy", "<f2", dims, out.bits16.data(),
-                out.bits16.size() * 2);
+      write_npy16(dir + "/o_" + file_id(ref.id()) + ".npy", dtype, dims, out.bits16);
       if (variant.writes_lse)
         write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4",
                   {shape.batch, shape.heads, shape.seqlen}, out.lse.data(), out.lse.size() * 4);

@@ -132,7 +132,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
+                    help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate)")
     args = ap.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
 
     torch.manual_seed(args.seed)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -150,12 +153,12 @@ def main():
     del a, b, c
 
     for (bsz, heads, n, d, causal) in grids(args.quick):
-        q, k, v = (torch.randn(bsz, heads, n, d, dtype=torch.float16, device="cuda") for _ in range(3))
+        q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
         flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
         shape_rows, fns = [], []
         for name, backend in BACKENDS.items():
             row = {"kind": "attention", "name": name, "batch": bsz, "heads": heads, "seqlen": n,
-                   "head_dim": d, "causal": causal, "flops": flops}
+                   "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
             try:
                 def call(backend=backend):
                     with sdpa_kernel([backend]):
@@ -172,7 +175,7 @@ def main():
                 t = next(timings)
                 row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
             rows.append(row)
-            print(f"{row['name']:15s} B={bsz} H={heads} N={n} D={d} causal={causal}: "
+            print(f"{row['name']:15s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
                   + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']})" if "tflops" in row
                      else row["error"]), flush=True)
         del q, k, v

@@ -34,14 +34,16 @@ CudnnGraphKey cudnn_graph_key(const AttentionShape& shape, float softmax_scale, 
   key.seqlen = shape.seqlen;
   key.head_dim = shape.head_dim;
   key.causal = shape.causal;
+  key.dtype = shape.dtype;
   key.stats = stats;
   key.scale_bits = std::bit_cast<std::uint32_t>(softmax_scale);
   return key;
 }
 
 std::string to_string(const CudnnGraphKey& key) {
-  return fmt::format("B={} H={} N={} D={} {}, scale {}, {}, device {}", key.batch, key.heads,
+  return fmt::format("B={} H={} N={} D={} {} {}, scale {}, {}, device {}", key.batch, key.heads,
                      key.seqlen, key.head_dim, key.causal ? "causal" : "non-causal",
+                     dtype_name(key.dtype),
                      std::bit_cast<float>(key.scale_bits), key.stats ? "O and stats" : "O only",
                      key.device);
 }
@@ -166,8 +168,8 @@ struct CudnnGraph {
 std::unique_ptr<CudnnGraph> build_graph(cudnnHandle_t handle, const CudnnGraphKey& key) {
   auto built = std::make_unique<CudnnGraph>();
   fe::graph::Graph& graph = built->graph;
-  // fp16 in and out; the softmax and both products accumulate in fp32, like the lessons.
-  graph.set_io_data_type(fe::DataType_t::HALF)
+  // fp16 (or bf16) in and out; the softmax and both products accumulate in fp32, like the lessons.
+  graph.set_io_data_type(key.dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
 
@@ -237,7 +239,8 @@ void launch_cudnn(const AttentionArgs& args, cudaStream_t stream, bool stats) {
 
   CUDNN_CHECK(cudnnSetStream(handle, stream));
   std::unordered_map<std::int64_t, void*> pack = {
-      {kUidQ, const_cast<__half*>(args.q)},  // cuDNN's variant pack is void*; it only reads Q, K, V
+      // cuDNN's variant pack is void* (the graph knows the type); it only reads Q, K, V.
+      {kUidQ, const_cast<__half*>(args.q)},
       {kUidK, const_cast<__half*>(args.k)},
       {kUidV, const_cast<__half*>(args.v)},
       {kUidO, args.o},
@@ -254,16 +257,18 @@ Step peers_step() {
   return attention_step(99, "peers", "Library peers, timed by the same harness")
       .add(attention_variant("cudnn",
                              "cuDNN fused attention (frontend SDPA graph, " + built_with +
-                                 "): fp16 in/out, fp32 softmax and accumulation, O only",
+                                 "): fp16 or bf16 in/out, fp32 softmax and accumulation, O only",
                              [](const AttentionArgs& a, cudaStream_t s) { launch_cudnn(a, s, false); })
                .needs_sm(80)
                .for_head_dims({64, 128})
+               .for_dtypes({DType::F16, DType::BF16})
                .as_peer())
       .add(attention_variant("cudnn_lse",
                              "the same graph also writing the log-sum-exp (cuDNN's stats output)",
                              [](const AttentionArgs& a, cudaStream_t s) { launch_cudnn(a, s, true); })
                .needs_sm(80)
                .for_head_dims({64, 128})
+               .for_dtypes({DType::F16, DType::BF16})
                .with_lse()
                .as_peer())
       .main_is("cudnn");
@@ -302,6 +307,7 @@ Step peers_step() {
                                throw std::logic_error(
                                    cudnn_not_built_message(LADDER_CUDNN_MISSING));
                              })
+               .for_dtypes({DType::F16, DType::BF16})  // so every problem gets the reason below
                .refuse_if([](const AttentionShape&) -> std::optional<std::string> {
                  return cudnn_not_built_message(LADDER_CUDNN_MISSING);
                })

@@ -61,12 +61,13 @@ struct CudnnGraphKey {
   int device = 0;
   int batch = 0, heads = 0, seqlen = 0, head_dim = 0;
   bool causal = false;
+  DType dtype = DType::F16;       // of Q, K, V and O
   bool stats = false;             // also writes the log-sum-exp
   std::uint32_t scale_bits = 0;   // the softmax scale's float bits (1/sqrt(D) in the harness)
   auto operator<=>(const CudnnGraphKey&) const = default;
 };
 CudnnGraphKey cudnn_graph_key(const AttentionShape& shape, float softmax_scale, bool stats, int device);
-std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal, stats, device 0"
+std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal fp16, stats, device 0"
 
 // cuDNN has no engine for a problem (or refuses one of its attributes) on this GPU with this
 // cuDNN: a limit of the library, not a wrong answer. Thrown by the first launch for that problem

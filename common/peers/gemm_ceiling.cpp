@@ -114,11 +114,11 @@ std::optional<GemmCeiling> time_gemm_ceiling(cudaStream_t stream, const TimingOp
 
   // Row-major A [M, K], B [K, N], C [M, N]. cuBLAS is column-major, so C = A·B is computed as
   // Cᵀ = Bᵀ·Aᵀ with B passed first: the same bytes, no transposes.
-  const HalfTensor a = random_half_tensor(m * k, kSeed, kStreamA);
-  const HalfTensor b = random_half_tensor(k * n, kSeed, kStreamB);
-  DeviceBuffer<__half> da(m * k), db(k * n), dc(m * n);
-  da.upload(a.half);
-  db.upload(b.half);
+  const Tensor16 a = random_tensor16(m * k, kSeed, kStreamA);
+  const Tensor16 b = random_tensor16(k * n, kSeed, kStreamB);
+  DeviceBuffer<std::uint16_t> da(m * k), db(k * n), dc(m * n);  // fp16 bits
+  da.upload(a.bits);
+  db.upload(b.bits);
 
   CublasHandle handle;
   CUBLAS_CHECK(cublasSetStream(handle.get(), stream));
@@ -135,10 +135,10 @@ std::optional<GemmCeiling> time_gemm_ceiling(cudaStream_t stream, const TimingOp
   dc.fill_bytes(0xFF, stream);
   launch(stream);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  const std::vector<__half> c = dc.download();
+  const std::vector<std::uint16_t> c = dc.download();
   GemmCeiling g;
   for (const auto& [row, col] : gemm_check_points(int(m), int(n), kCheckedEntries, kSeed)) {
-    const float got = __half2float(c[std::size_t(row) * n + col]);
+    const float got = from_bits(DType::F16, c[std::size_t(row) * n + col]);
     double rel = 0;
     const bool ok = gemm_entry_ok(a.value, b.value, int(k), int(n), row, col, got, &rel);
     g.max_rel_error = std::max(g.max_rel_error, std::isfinite(rel) ? rel : INFINITY);

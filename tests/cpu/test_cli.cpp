@@ -48,6 +48,44 @@ TEST_CASE("attention shapes: lists, masks and a fixed token count", "[cli]") {
   CHECK_FALSE(parse({"--n", "1000", "--tokens", "16384"}).options);  // 16384 % 1000 != 0
 }
 
+TEST_CASE("--dtype: element types, outermost in the run order", "[cli][bf16]") {
+  auto o = parse({"--dtype", "fp16,bf16", "--n", "1024,2048"});
+  REQUIRE(o.options);
+  const auto shapes = attention_shapes(*o.options);
+  REQUIRE(shapes.size() == 4);
+  CHECK(shapes[0].dtype == DType::F16);
+  CHECK(shapes[1].dtype == DType::F16);
+  CHECK(shapes[2].dtype == DType::BF16);
+  CHECK(shapes[2].to_string() == "B=4 H=8 N=1024 D=64 non-causal bf16");
+  CHECK(shapes[0].to_string() == "B=4 H=8 N=1024 D=64 non-causal");  // fp16 reads as it always has
+  CHECK(attention_shapes(*parse({}).options).at(0).dtype == DType::F16);
+  const auto bad = parse({"--dtype", "fp32"});
+  CHECK_FALSE(bad.options);
+  CHECK(bad.exit_code == 2);
+}
+
+TEST_CASE("a variant runs fp16 unless it declares bf16, and reads its tensors as declared",
+          "[registry][bf16]") {
+  auto launch = [](const AttentionArgs&, cudaStream_t) {};
+  const Variant fp16_only = attention_variant("a", "fp16 only", launch);
+  Variant both = attention_variant("b", "both", launch);
+  both.for_dtypes({DType::F16, DType::BF16});
+  AttentionShape bf16{.batch = 1, .heads = 1, .seqlen = 17, .head_dim = 64, .dtype = DType::BF16};
+  const auto why = fp16_only.constraints.refuse(bf16, 90);
+  REQUIRE(why);
+  CHECK(*why == "runs fp16 only (asked for bf16)");
+  CHECK_FALSE(both.constraints.refuse(bf16, 90));
+  CHECK(both.constraints.describe().find("fp16 and bf16") != std::string::npos);
+
+  AttentionArgs args{};
+  args.shape = bf16;
+  CHECK_NOTHROW(args.as<__nv_bfloat16>());
+  CHECK_THROWS_AS(args.as<__half>(), std::logic_error);
+  args.shape.dtype = DType::F16;
+  CHECK_NOTHROW(args.as<__half>());
+  CHECK_THROWS_AS(args.as<__nv_bfloat16>(), std::logic_error);
+}
+
 TEST_CASE("--causal and --large-logits", "[cli]") {
   auto o = parse({"--causal", "--large-logits"});
   REQUIRE(o.options);

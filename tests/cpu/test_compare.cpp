@@ -66,6 +66,8 @@ TEST_CASE("absolute terms are positive and scale as documented", "[pass-rule]") 
   CHECK(attention_abs_term(1.0) == std::ldexp(1.0, -10));   // an ulp of 1.0
   CHECK(attention_abs_term(0.1) == std::ldexp(1.0, -14));   // 0.1 in [2^-4, 2^-3): ulp 2^-14
   CHECK(attention_abs_term(0.0) > 0);
+  CHECK(attention_abs_term(1.0, DType::BF16) == std::ldexp(1.0, -7));   // bf16: 7 fraction bits
+  CHECK(attention_abs_term(0.1, DType::BF16) == std::ldexp(1.0, -11));
   CHECK(matmul_abs_term(2048) == 2 * matmul_abs_term(1024));
   CHECK(reduction_abs_term(0) == 0);
 }

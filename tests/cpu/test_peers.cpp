@@ -32,7 +32,8 @@ TEST_CASE("a cuDNN graph key holds everything the graph bakes in", "[peers]") {
   std::vector<CudnnGraphKey> others;
   for (auto change : {+[](AttentionShape& s) { s.batch = 2; }, +[](AttentionShape& s) { s.heads = 16; },
                       +[](AttentionShape& s) { s.seqlen = 4095; }, +[](AttentionShape& s) { s.head_dim = 128; },
-                      +[](AttentionShape& s) { s.causal = true; }}) {
+                      +[](AttentionShape& s) { s.causal = true; },
+                      +[](AttentionShape& s) { s.dtype = DType::BF16; }}) {
     AttentionShape s = base;
     change(s);
     others.push_back(cudnn_graph_key(s, scale, false, 0));
@@ -45,7 +46,7 @@ TEST_CASE("a cuDNN graph key holds everything the graph bakes in", "[peers]") {
   CHECK(distinct.size() == others.size() + 1);
 
   const std::string text = to_string(cudnn_graph_key({4, 8, 4096, 64, true}, scale, true, 1));
-  CHECK(contains(text, "B=4 H=8 N=4096 D=64 causal"));
+  CHECK(contains(text, "B=4 H=8 N=4096 D=64 causal fp16"));
   CHECK(contains(text, "stats"));
   CHECK(contains(text, "device 1"));
 }

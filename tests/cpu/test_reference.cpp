@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/dtype.hpp"
 #include "common/reference.hpp"
 #include "tests/catch.hpp"
 
@@ -55,6 +56,44 @@ TEST_CASE("the low-precision reference is close to fp64 but not equal", "[refere
   for (std::size_t i = 0; i < hi.o.size(); ++i) max_diff = std::max(max_diff, std::fabs(hi.o[i] - lo.o[i]));
   CHECK(max_diff > 0);      // fp16 rounding of P and O happened
   CHECK(max_diff < 2e-3);   // and is of fp16 size
+}
+
+TEST_CASE("element types round as the GPU does, and the low-precision reference follows the problem's",
+          "[reference][bf16]") {
+  CHECK(parse_dtype("bf16") == DType::BF16);
+  CHECK(parse_dtype("fp16") == DType::F16);
+  CHECK_FALSE(parse_dtype("fp32"));
+  // 1 + 2^-8 is an fp16 value (10 fraction bits) but halfway between two bf16 ones (7): it rounds
+  // to even, 1.0.
+  const float x = 1.0f + std::ldexp(1.0f, -8);
+  CHECK(round_to(DType::F16, x) == x);
+  CHECK(round_to(DType::BF16, x) == 1.0f);
+  CHECK(round_to(DType::BF16, 1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+  CHECK(round_to(DType::BF16, 1e30f) == Approx(1e30f).epsilon(1e-2));  // fp32's range
+  CHECK(std::isinf(round_to(DType::F16, 1e30f)));                             // fp16 overflows
+  CHECK(std::isnan(from_bits(DType::BF16, 0xFFFF)));  // the harness's poison is NaN in both
+  CHECK(std::isnan(from_bits(DType::F16, 0xFFFF)));
+
+  AttentionShape s{.batch = 1, .heads = 1, .seqlen = 64, .head_dim = 16};
+  const std::size_t n = std::size_t(s.elements());
+  std::vector<float> q(n), k(n), v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    q[i] = round_to(DType::BF16, float(std::sin(0.37 * double(i))));
+    k[i] = round_to(DType::BF16, float(std::cos(0.11 * double(i))));
+    v[i] = round_to(DType::BF16, float(std::sin(0.05 * double(i) + 1.0)));
+  }
+  const auto rows = select_rows(s.rows(), s.seqlen, 1000, 1);
+  const auto hi = attention_reference(s, q, k, v, rows, Precision::Fp64);
+  const auto lo16 = attention_reference(s, q, k, v, rows, Precision::Low);
+  s.dtype = DType::BF16;
+  const auto lobf = attention_reference(s, q, k, v, rows, Precision::Low);
+  double err16 = 0, errbf = 0;
+  for (std::size_t i = 0; i < hi.o.size(); ++i) {
+    err16 = std::max(err16, std::fabs(hi.o[i] - lo16.o[i]));
+    errbf = std::max(errbf, std::fabs(hi.o[i] - lobf.o[i]));
+    CHECK(float(lobf.o[i]) == round_to(DType::BF16, float(lobf.o[i])));  // outputs are bf16 values
+  }
+  CHECK(errbf > 3 * err16);  // three fewer fraction bits: about 8 times the error
 }
 
 TEST_CASE("matrix product reference by hand", "[reference]") {

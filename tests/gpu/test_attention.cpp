@@ -1,5 +1,7 @@
 // Every attention variant against the fp64 reference on a grid of ragged shapes.
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 #include <span>
 
 #include "common/runner.hpp"
@@ -64,6 +66,41 @@ TEST_CASE("attention: ragged grid, causal and not", "[gpu][attention]") {
         }
 }
 
+namespace {
+// The variants that declare bf16 (Variant::for_dtypes); the others refuse it and are not run.
+std::vector<VariantRef> bf16_variants() {
+  std::vector<VariantRef> out;
+  for (const auto& ref : testing::variants_of(Kind::Attention)) {
+    const auto& types = ref.variant().constraints.dtypes;
+    if (std::find(types.begin(), types.end(), DType::BF16) != types.end()) out.push_back(ref);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu][attention][bf16]") {
+  const auto variants = bf16_variants();
+  if (variants.empty()) return;  // no variant of this ctest entry's step runs bf16
+  for (int heads : {1, 3})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true})
+        for (int n : kSeqlens) {
+          const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
+                                     .causal = causal, .dtype = DType::BF16};
+          check_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+                    variants, shape);
+          REQUIRE_FALSE(testing::session().context_lost);
+        }
+  RunOptions options = testing::check_options();
+  options.q_scale = 5.0f;
+  options.k_scale = 3.0f;
+  for (int d : kHeadDims) {
+    const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
+                               .causal = true, .dtype = DType::BF16};
+    check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+  }
+}
+
 TEST_CASE("attention: large logits (Q×5, K×3)", "[gpu][attention]") {
   const auto variants = testing::variants_of(Kind::Attention);
   if (variants.empty()) return;
@@ -113,6 +150,12 @@ TEST_CASE("attention: a large ragged problem, every row checked", "[gpu][large]"
   const AttentionShape shape{.batch = 6, .heads = 9, .seqlen = 4224, .head_dim = 64, .causal = false};
   REQUIRE(shape.rows() <= options.max_reference_rows);  // every row, no sample
   check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+  // And in bf16, for the variants that run it (D = 128, causal: the other corner of the grid).
+  if (const auto bf16 = bf16_variants(); !bf16.empty()) {
+    const AttentionShape b{.batch = 2, .heads = 9, .seqlen = 4224, .head_dim = 128, .causal = true,
+                           .dtype = DType::BF16};
+    check_run(run_attention(testing::session(), b, bf16, options), bf16, b);
+  }
 }
 
 TEST_CASE("the same kernel timed twice is reported the same speed", "[gpu][timing]") {
