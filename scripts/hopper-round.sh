@@ -16,6 +16,9 @@
 #              LADDER_HOPPER_STEPS  steps to test and time (default "16 17 18 19 20")
 #              LADDER_TEST_STEPS    steps to test and sanitize (default LADDER_HOPPER_STEPS)
 #              LADDER_NCU_IDS       variants profiled by ncu (default "18/ws 20/persistent")
+#              LADDER_DTYPE         fp16 (default) or bf16: the element type of the ladder and peers
+#                                   stages (bf16 runs only the variants that declare it, with cuDNN
+#                                   and PyTorch in bf16 beside them; files get a -bf16 suffix)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -34,6 +37,9 @@ build=${LADDER_HOPPER_BUILD:-build/hopper-gpu}
 read -r -a steps <<<"${LADDER_HOPPER_STEPS:-16 17 18 19 20}"
 read -r -a test_steps <<<"${LADDER_TEST_STEPS:-${steps[*]}}"
 read -r -a ncu_ids <<<"${LADDER_NCU_IDS:-18/ws 20/persistent}"
+dtype=${LADDER_DTYPE:-fp16}
+suffix=""
+[ "$dtype" = fp16 ] || suffix="-$dtype"
 bin="$build/bin"
 tests="$build/tests/gpu_tests"
 note "hopper round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, steps ${steps[*]}, stages ${stages[*]}"
@@ -73,7 +79,8 @@ sanitize_step() {
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     echo "== step $s: $tool"
     timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$bin/ladder" --steps "$s" \
-      --no-peers --no-time --no-resources --b 1 --heads 2 --n 113 --d 64,128 --mask both >"/tmp/san.$s.$tool" 2>&1
+      --no-peers --no-time --no-resources --b 1 --heads 2 --n 113 --d 64,128 --mask both \
+      --dtype fp16,bf16 >"/tmp/san.$s.$tool" 2>&1
     r=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|=========.*(Error|error|hazard|Hazard)" "/tmp/san.$s.$tool" | head -8
     [ $r -eq 0 ] || { rc=1; echo "rc=$r"; tail -5 "/tmp/san.$s.$tool"; }
@@ -116,27 +123,28 @@ if has ladder; then
                            [20]="persistent persistent_3stage")
   variants=(--variant 06/h200)
   for s in "${steps[@]}"; do for v in ${step_variants[$s]}; do variants+=(--variant "$s/$v"); done; done
-  common=(--track attention --steps "6,$(IFS=,; echo "${steps[*]}")" "${variants[@]}" --ref-rows 256)
+  common=(--track attention --steps "6,$(IFS=,; echo "${steps[*]}")" "${variants[@]}" --ref-rows 256
+          --dtype "$dtype")
   start=$SECONDS
   timeout 300 "$bin/ladder" "${common[@]}" --b 4 --heads 8 --d 64 --n 4096,8192 --mask both \
-    --json "$out/ladder-d64.json" >"$logs/ladder-d64.log" 2>&1
+    --json "$out/ladder-d64$suffix.json" >"$logs/ladder-d64$suffix.log" 2>&1
   note "ladder B=4 H=8 D=64: rc=$? in $((SECONDS - start)) s"
   start=$SECONDS
   timeout 300 "$bin/ladder" "${common[@]}" --tokens 16384 --heads 16 --d 128 --n 4096,8192 --mask both \
-    --json "$out/ladder-d128.json" >"$logs/ladder-d128.log" 2>&1
+    --json "$out/ladder-d128$suffix.json" >"$logs/ladder-d128$suffix.log" 2>&1
   note "ladder 16k tokens H=16 D=128: rc=$? in $((SECONDS - start)) s"
   start=$SECONDS
   timeout 200 "$bin/ladder" "${common[@]}" --b 4 --heads 16 --d 128 --n 8448 --mask none \
-    --json "$out/ladder-fa3.json" >"$logs/ladder-fa3.log" 2>&1
+    --json "$out/ladder-fa3$suffix.json" >"$logs/ladder-fa3$suffix.log" 2>&1
   note "ladder FA3 ablation shape B=4 H=16 N=8448 D=128: rc=$? in $((SECONDS - start)) s"
-  cat "$logs/ladder-d64.log" "$logs/ladder-d128.log" "$logs/ladder-fa3.log"
+  cat "$logs/ladder-d64$suffix.log" "$logs/ladder-d128$suffix.log" "$logs/ladder-fa3$suffix.log"
 fi
 
 # PyTorch's peers at exactly these shapes, timed with scripts/peers.py's own function (imported,
 # not copied), and the fp16 GEMM ceiling of the moment.
 if has peers; then
   start=$SECONDS
-  PYTHONUNBUFFERED=1 timeout 200 python3 - "$out/peers.json" >"$logs/peers.log" 2>&1 <<'EOF'
+  PYTHONUNBUFFERED=1 LADDER_DTYPE=$dtype timeout 200 python3 - "$out/peers$suffix.json" >"$logs/peers$suffix.log" 2>&1 <<'EOF'
 import datetime, json, os, sys
 sys.path.insert(0, "scripts")
 import torch
@@ -157,12 +165,14 @@ rows.append({"kind": "matmul", "name": "torch-fp16-matmul-8192", "flops": 2 * 81
              "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
 print(f"fp16 GEMM 8192^3: {rows[-1]['tflops']:.1f} TFLOP/s")
 del a, b
+dtype_name = os.environ.get("LADDER_DTYPE", "fp16")
+dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float16
 for (bsz, heads, n, d, causal) in shapes:
-    q, k, v = (torch.randn(bsz, heads, n, d, dtype=torch.float16, device="cuda") for _ in range(3))
+    q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
     flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
     for name in ("sdpa-flash", "sdpa-cudnn"):
         row = {"kind": "attention", "name": name, "batch": bsz, "heads": heads, "seqlen": n,
-               "head_dim": d, "causal": causal, "flops": flops}
+               "head_dim": d, "causal": causal, "dtype": dtype_name, "flops": flops}
         try:
             with sdpa_kernel([peers.BACKENDS[name]]):
                 fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -171,7 +181,7 @@ for (bsz, heads, n, d, causal) in shapes:
         except Exception as e:
             row["error"] = str(e).splitlines()[0][:300]
         rows.append(row)
-        print(f"{name:11s} B={bsz} H={heads} N={n} D={d} causal={causal}: "
+        print(f"{name:11s} B={bsz} H={heads} N={n} D={d} causal={causal} {dtype_name}: "
               + (f"{row['tflops']:.1f} TFLOP/s" if "tflops" in row else row["error"]))
     del q, k, v
 json.dump({"schema": "attention-ladder/peers/1",
@@ -183,7 +193,7 @@ json.dump({"schema": "attention-ladder/peers/1",
            "rows": rows}, open(sys.argv[1], "w"), indent=1)
 EOF
   note "peers (PyTorch SDPA flash, cuDNN; fp16 GEMM): rc=$? in $((SECONDS - start)) s"
-  cat "$logs/peers.log" >>"$summary"
+  cat "$logs/peers$suffix.log" >>"$summary"
 fi
 
 # Nsight Compute, one launch of the profiled step per head dimension, clocks untouched: speed of

@@ -21,6 +21,11 @@
 //
 // What stays from step 19: the producer/consumer split, the ping-pong and in-warpgroup overlap,
 // the tiles and the arithmetic.
+//
+// The last step of the part also runs bf16: the element type is a template parameter, and only the
+// tensor maps' type, wgmma's type suffix and the two conversions (P to the A operand, O to the
+// output) depend on it (common/device/hopper/).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -49,8 +54,9 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_, int kStages_>
+template <int kHeadDim_, int kStages_, class Element_ = __half>
 struct Tile {
+  using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
   static constexpr int kThreads = (1 + kWarpgroups) * kWarpgroupThreads;  // + the producer
@@ -59,8 +65,8 @@ struct Tile {
   static constexpr int kBlockM = 64 * kWarpgroups;  // query rows per CTA
   static constexpr int kBlockN = 128;               // keys per K/V block
   static constexpr int kStages = kStages_;          // K/V ring depth
-  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
   static constexpr std::size_t kBarrierBytes = (2 + 2 * kStages) * sizeof(std::uint64_t);
   // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
   static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
@@ -80,12 +86,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_o, int bh_count, int n,
                       float scale_log2) {
 #if LADDER_SM90A
+  using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
-  __half* s_q = smem;                                    // [D/64][kBlockM][64]
-  __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
-  __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
+  auto* smem = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                          ~std::uintptr_t(1023));
+  Element* s_q = smem;                                    // [D/64][kBlockM][64]
+  Element* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
+  Element* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
   constexpr int kKVElems = T::kBlockN * T::kHeadDim;
   auto* q_full = reinterpret_cast<std::uint64_t*>(s_v + T::kStages * kKVElems);
   std::uint64_t* q_empty = q_full + 1;             // both consumers are done with the Q buffer
@@ -208,7 +215,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
       const std::uint32_t col = (kk % 4) * 32;  // bytes into the 128-byte row
-      hopper::Wgmma<T::kBlockN>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
+      hopper::Wgmma<T::kBlockN, Element>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
                                     hopper::desc_k_major(k_stage + (kk / 4) * kKVColumnBlock + col),
                                     kk > 0);
     }
@@ -217,7 +224,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const std::uint32_t v_stage = v_addr + stage * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-      hopper::Wgmma<T::kHeadDim>::rs(acc_o, p[kk],
+      hopper::Wgmma<T::kHeadDim, Element>::rs(acc_o, p[kk],
                                      hopper::desc_mn_major(v_stage + kk * 16 * 128, kKVColumnBlock));
   };
   // One warp's arrival per stage, once its lanes are past the wait for the product that read it.
@@ -259,7 +266,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(s);
     softmax_block(0, std::true_type{});
-    hopper::p_to_a<T::kBlockN>(s, p);
+    hopper::p_to_a<T::kBlockN, Element>(s, p);
 
     // Block i: issue S_i and P_{i-1} V_{i-1}; softmax(S_i) under the second product.
     auto iteration = [&](int i, auto masked) {
@@ -280,7 +287,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::fence_registers(acc_o);
       release(prev_stage);
       hopper::rescale_o<T::kHeadDim>(acc_o, rescale);
-      hopper::p_to_a<T::kBlockN>(s, p);
+      hopper::p_to_a<T::kBlockN, Element>(s, p);
     };
     int i = 1;
     for (; i < w.n_masked; ++i) iteration(i, std::true_type{});
@@ -332,12 +339,13 @@ int sm_count() {
 }
 
 template <class T, bool kCausal>
-void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
+void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   constexpr int kHeadDim = T::kHeadDim;
+  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
   auto* kernel = persistent_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
-  const auto& sh = a.shape;
+  const auto& sh = args.shape;
   const int bh = sh.batch * sh.heads;
   const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, bh, sh.seqlen, kHeadDim, T::kBlockM);
   const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, bh, sh.seqlen, kHeadDim, T::kBlockN);
@@ -348,26 +356,38 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
   const std::int64_t tiles = std::int64_t(bh) * ceil_div(sh.seqlen, T::kBlockM);
   const int grid = int(std::min<std::int64_t>(tiles, sms));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, bh, sh.seqlen,
-                                                       a.softmax_scale * ladder::kLog2e);
+                                                       args.softmax_scale * ladder::kLog2e);
   CUDA_CHECK_LAUNCH("persistent_kernel");
 }
 
-template <int kStages>
-void launch(const AttentionArgs& a, cudaStream_t stream) {
+template <int kStages, class Element>
+void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    using T = Tile<kHeadDim, kStages>;
+    using T = Tile<kHeadDim, kStages, Element>;
     if (a.shape.causal) launch_tile<T, true>(a, stream);
     else launch_tile<T, false>(a, stream);
   });
 }
 
+template <int kStages>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, __nv_bfloat16>(a, stream);
+  else launch_element<kStages, __half>(a, stream);
+}
+
 template <int kHeadDim, int kStages>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim, kStages>;
-  const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages>", kHeadDim,
-                                      T::kBlockM, T::kBlockN, T::kStages);
-  return {ladder::kernel(name, persistent_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", persistent_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  std::vector<ladder::KernelInfo> out;
+  auto add = [&]<class Element>(const char* type) {
+    using T = Tile<kHeadDim, kStages, Element>;
+    const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
+                                        T::kBlockM, T::kBlockN, T::kStages, type);
+    out.push_back(ladder::kernel(name, persistent_kernel<T, false>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name + " causal", persistent_kernel<T, true>, T::kThreads, T::kSmemBytes));
+  };
+  add.template operator()<__half>("");
+  add.template operator()<__nv_bfloat16>(",bf16");
+  return out;
 }
 
 template <int kStages>
@@ -375,6 +395,7 @@ ladder::Variant variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kStages>)
       .needs_sm(90)
       .for_head_dims({64, 128})
+      .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .with_kernels([](int d) { return d == 128 ? kernels<128, kStages>() : kernels<64, kStages>(); });
 }

@@ -7,12 +7,14 @@
 // produced the fragment, which is why Part IV's steps can change everything else.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "common/device/mma_fragments.cuh"
+#include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
 
 namespace ladder::hopper {
@@ -75,18 +77,27 @@ __device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float 
     for (int c = 0; c < 4; ++c) o[4 * j + c] *= rescale[c / 2];
 }
 
-// P (fp32 accumulator layout) -> fp16 A fragments of P·V, one per k16 step of keys: the
-// accumulator's n8 tiles 2kk and 2kk+1 are exactly the A fragment of k16 step kk.
-template <int kBlockN>
+// P (fp32 accumulator layout) -> A fragments of P·V in the element type (fp16 or bf16), one per
+// k16 step of keys: the accumulator's n8 tiles 2kk and 2kk+1 are exactly the A fragment of k16
+// step kk.
+template <int kBlockN, class Element = __half>
 __device__ __forceinline__ void p_to_a(const float (&s)[kBlockN / 2],
                                        std::uint32_t (&a)[kBlockN / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[kk][r] = ptx::pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    for (int r = 0; r < 4; ++r) a[kk][r] = pack2<Element>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
-// The deferred normalisation: the quad's partial sums are added up, and O / l is written as fp16
+// Two floats stored as two elements of the output's type (4 bytes).
+__device__ __forceinline__ void store2(__half* dst, float lo, float hi) {
+  *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* dst, float lo, float hi) {
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(lo, hi);
+}
+
+// The deferred normalisation: the quad's partial sums are added up, and O / l is written as fp16 (bf16)
 // straight from the accumulator (4 bytes per lane; rows past N are not written). A row with
 // l == 0 or NaN (impossible with at least one visible key, which every row has) would get 0.
 template <int kHeadDim>
@@ -103,33 +114,32 @@ __device__ __forceinline__ void finalize_rows(float (&o)[kHeadDim / 2], const fl
   }
 }
 
-template <int kHeadDim>
-__device__ __forceinline__ void store_o_rows(const float (&o)[kHeadDim / 2], __half* o_head, int row0,
+template <int kHeadDim, class Element>
+__device__ __forceinline__ void store_o_rows(const float (&o)[kHeadDim / 2], Element* o_head, int row0,
                                              int n, int t) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
     if (row >= n) continue;
-    __half* dst = o_head + std::int64_t(row) * kHeadDim + 2 * t;
+    Element* dst = o_head + std::int64_t(row) * kHeadDim + 2 * t;
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j)
-      *reinterpret_cast<__half2*>(dst + 8 * j) = __floats2half2_rn(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+    for (int j = 0; j < kHeadDim / 8; ++j) store2(dst + 8 * j, o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
   }
 }
 
 // The same rows written to shared memory instead, in the 128-byte swizzle of a [D/64][kTileRows]
 // [64] tile (the layout a TMA store reads): row R, column 8j + 2t goes to column block j / 8,
 // chunk (j % 8) ^ (R % 8). Conflict-free: a warp's 8 rows (g) hit 8 different chunks.
-template <int kHeadDim, int kTileRows>
-__device__ __forceinline__ void stage_o_rows(const float (&o)[kHeadDim / 2], __half* tile,
+template <int kHeadDim, int kTileRows, class Element>
+__device__ __forceinline__ void stage_o_rows(const float (&o)[kHeadDim / 2], Element* tile,
                                              int local_row0, int t) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = local_row0 + 8 * h;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) {
-      __half* dst = tile + (j / 8) * kTileRows * 64 + row * 64 + (((j % 8) ^ (row % 8)) * 8) + 2 * t;
-      *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+      Element* dst = tile + (j / 8) * kTileRows * 64 + row * 64 + (((j % 8) ^ (row % 8)) * 8) + 2 * t;
+      store2(dst, o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
     }
   }
 }

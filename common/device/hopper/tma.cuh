@@ -6,7 +6,7 @@
 // (complete_tx). No thread computes an address, no register holds the data, and coordinates past
 // the tensor's end are zero-filled — so a ragged last tile needs no code at all.
 //
-// Attention tensors are [B·H][N][D] fp16. Part IV describes each as a 4-D tensor
+// Attention tensors are [B·H][N][D] fp16 or bf16 (2 bytes an element). Part IV describes each as a 4-D tensor
 //   dim 0: 64 columns (128 bytes, the 128-byte swizzle's width)   stride 2 bytes
 //   dim 1: N rows                                                  stride D·2 bytes
 //   dim 2: D / 64 column blocks                                    stride 128 bytes
@@ -22,12 +22,14 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 
 #include "common/device/hopper/arch.cuh"
@@ -35,11 +37,17 @@
 
 namespace ladder::hopper {
 
-// ---- Host: encode the map of one [B·H][N][D] fp16 tensor with a box of `box_rows` rows ---------
+// ---- Host: encode the map of one [B·H][N][D] fp16 or bf16 tensor with a box of `box_rows` rows ---
 // `box_column_blocks` is D/64 (a whole row of each box row) unless a kernel copies one 64-column
 // block at a time (step 20's store of a warpgroup's rows).
-inline CUtensorMap make_attention_tensor_map(const __half* base, int bh, int n, int head_dim,
-                                             int box_rows, int box_column_blocks = 0) {
+template <class Element>
+CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int head_dim,
+                                      int box_rows, int box_column_blocks = 0) {
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
+  // The engine copies bytes; the type only matters to its out-of-bounds fill and to tools.
+  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
+                                            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -50,15 +58,15 @@ inline CUtensorMap make_attention_tensor_map(const __half* base, int bh, int n, 
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
-  const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(__half);
+  const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(Element);
   const cuuint64_t sizes[4] = {64, cuuint64_t(n), cuuint64_t(head_dim / 64), cuuint64_t(bh)};
   // Strides of dims 1..3 in bytes (dim 0 is contiguous); each a multiple of 16.
-  const cuuint64_t strides[3] = {row_bytes, 64 * sizeof(__half), row_bytes * cuuint64_t(n)};
+  const cuuint64_t strides[3] = {row_bytes, 64 * sizeof(Element), row_bytes * cuuint64_t(n)};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows),
                              cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / 64), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map{};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<__half*>(base),
+  const CUresult r = encode(&map, kType, 4, const_cast<Element*>(base),
                             sizes, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
