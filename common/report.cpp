@@ -219,6 +219,7 @@ nlohmann::json to_json(const Report& report) {
               {"max_reps", t.max_reps},
               {"target_ms_per_round", t.target_ms},
               {"rounds", t.rounds},
+              {"round_order", "alternating: ladder order, reverse, ladder order, ..."},
               {"flush_l2", t.flush_l2},
               {"statistic", "median of CUDA-event times, all rounds pooled"}}},
             {"date", report.started_at},

@@ -169,12 +169,17 @@ struct Baselines {
   std::map<std::size_t, std::vector<Timing>> rounds;  // row index -> its rounds so far
 };
 
-// Rounds 2..K of every variant that ran, in ladder order; then each row's pooled timing and its
-// comparison with its baseline's, which needs every round of both.
+// Rounds 2..K of every variant that ran, alternately in reverse and in ladder order (the first
+// round, with the checks, was in ladder order; TimingOptions::rounds says why); then each row's
+// pooled timing and its comparison with its baseline's, which needs every round of both.
 void finish_timing(Session& session, ProblemRun& run, const RunOptions& options,
                    Baselines& baselines) {
-  for (int round = 1; round < options.timing.rounds && !session.context_lost; ++round)
-    for (const Retimer& t : baselines.retimers) {
+  for (int round = 1; round < options.timing.rounds && !session.context_lost; ++round) {
+    std::vector<const Retimer*> order;
+    for (const Retimer& t : baselines.retimers) order.push_back(&t);
+    if (round % 2 == 1) std::reverse(order.begin(), order.end());
+    for (const Retimer* retimer : order) {
+      const Retimer& t = *retimer;
       try {
         baselines.rounds[t.row].push_back(
             time_launch(t.launch, session.stream.get(), options.timing, session.flusher));
@@ -187,6 +192,7 @@ void finish_timing(Session& session, ProblemRun& run, const RunOptions& options,
         if (session.context_lost) break;
       }
     }
+  }
   std::map<std::string, Timing> by_id;
   for (auto& [index, rounds] : baselines.rounds) {
     run.rows[index].timing = merge_rounds(rounds);

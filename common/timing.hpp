@@ -19,9 +19,12 @@ struct TimingOptions {
   int max_reps = 50;
   double target_ms = 100;  // per round: stop adding repetitions once this much kernel time is measured
   bool flush_l2 = true;
-  // Rounds: every variant of a problem is timed once, then again, `rounds` times in all, in
-  // ladder order (interleaved), so that a drift of the clocks over the run touches every variant
-  // alike. The verdict "faster" needs the same direction in every round (same_speed below).
+  // Rounds: every variant of a problem is timed once, then again, `rounds` times in all
+  // (interleaved), so that a drift of the clocks over the run touches every variant alike. The
+  // rounds alternate direction: ladder order, reverse order, ladder order... Under a steady drift
+  // (clocks falling as the GPU heats) the variant timed first gains in the forward rounds and loses
+  // in the reverse ones, so the rounds disagree and the verdict "faster", which needs the same
+  // direction in every round (same_speed below), is not given to the drift.
   int rounds = 3;
 };
 
