@@ -7,7 +7,7 @@
 # that hangs costs its timeout, not the call.
 #
 #   scripts/step21-round.sh OUT [stage ...]
-#   stages: test sanitize ladder bf16 ncu   (default: all; bf16 runs only where the binary has it)
+#   stages: test sanitize ladder ncu bf16   (default: all; bf16 runs only where the binary has it)
 #
 # The binaries (`ladder`, `gpu_tests`, built for sm_90a with cuDNN) come from LADDER_STEP21_BIN,
 # built on a machine without the GPU and carried (the device call then spends no time compiling);
@@ -19,7 +19,7 @@ source scripts/cudnn-env.sh
 out=${1:?usage: scripts/step21-round.sh OUT [stages...]}
 shift
 stages=("$@")
-((${#stages[@]})) || stages=(test sanitize ladder bf16 ncu)
+((${#stages[@]})) || stages=(test sanitize ladder ncu bf16)
 has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 logs="$out/logs"
 mkdir -p "$logs"
@@ -32,6 +32,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   --format=csv >>"$summary" 2>&1
 
 bin=${LADDER_STEP21_BIN:-.h1-bin}
+# Carried compressed (the two binaries are mostly device code, 57 MB, the tree's limit is 64 MiB).
+[ -f "$bin/bin.tgz" ] && [ ! -x "$bin/ladder" ] && tar -xzf "$bin/bin.tgz" -C "$bin"
 start=$SECONDS
 if "$bin/ladder" --list >"$logs/list.log" 2>&1 && [ -x "$bin/gpu_tests" ]; then
   note "binaries: the carried ones in $bin"
@@ -49,6 +51,20 @@ else
 fi
 "$bin/ladder" --list 2>/dev/null | grep -E "^ *(20|21)/|three_consumers" >>"$summary"
 
+# A smoke test first: one small ragged problem per mask and D under a short timeout. A kernel that
+# hangs stops the round here instead of costing every stage's timeout.
+start=$SECONDS
+timeout 60 "$bin/ladder" --steps 21 --no-peers --no-time --no-resources --b 1 --heads 3 --n 113,1000 \
+  --d 64,128 --mask both >"$logs/smoke.log" 2>&1
+rc=$?
+note "smoke (step 21, N=113,1000, D=64,128, both masks): rc=$rc in $((SECONDS - start)) s"
+grep -E "^ *21/" "$logs/smoke.log" | head -12 | tee -a "$summary"
+if [ $rc -ne 0 ]; then
+  tail -20 "$logs/smoke.log" | tee -a "$summary"
+  tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
+  exit 1
+fi
+
 # The GPU tests (ctest's gpu_step21 entry: every variant of step 21 over the whole shape grid) and
 # the large ragged problem B=6 H=9 N=4224 D=64 (ctest's gpu_large, restricted to step 21), side by
 # side with the sanitizer: they check, they do not time.
@@ -59,7 +75,7 @@ sanitize() {
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     echo "== step 21: $tool"
-    timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$bin/ladder" --steps 21 \
+    timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$bin/ladder" --steps 21 \
       --no-peers --no-time --no-resources --b 1 --heads 2 --n 113 --d 64,128 --mask both >"$logs/san-$tool.log" 2>&1
     r=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|=========.*(Error|error|hazard|Hazard)" "$logs/san-$tool.log" | head -8
@@ -72,9 +88,9 @@ if has test || has sanitize; then
   start=$SECONDS
   pids=()
   if has test; then
-    (LADDER_TEST_STEP=21 timeout 300 "$bin/gpu_tests" "~[large]~[timing]" >"$logs/test.log" 2>&1; echo $? >"$logs/test.rc") &
+    (LADDER_TEST_STEP=21 timeout 150 "$bin/gpu_tests" "~[large]~[timing]" >"$logs/test.log" 2>&1; echo $? >"$logs/test.rc") &
     pids+=($!)
-    (LADDER_TEST_STEP=21 timeout 300 "$bin/gpu_tests" "[large]" >"$logs/test-large.log" 2>&1; echo $? >"$logs/test-large.rc") &
+    (LADDER_TEST_STEP=21 timeout 150 "$bin/gpu_tests" "[large]" >"$logs/test-large.log" 2>&1; echo $? >"$logs/test-large.rc") &
     pids+=($!)
   fi
   if has sanitize; then
@@ -100,21 +116,9 @@ variants=(--variant 20/persistent_3stage --variant 21/three_consumers --variant 
 common=(--track attention --steps 20,21 "${variants[@]}" --ref-rows 256 --b 4 --heads 8 --d 64 --n 4096,8192 --mask both)
 if has ladder; then
   start=$SECONDS
-  timeout 240 "$bin/ladder" "${common[@]}" --json "$out/ladder-d64.json" >"$logs/ladder-d64.log" 2>&1
+  timeout 120 "$bin/ladder" "${common[@]}" --json "$out/ladder-d64.json" >"$logs/ladder-d64.log" 2>&1
   note "ladder B=4 H=8 N=4096,8192 D=64 both masks: rc=$? in $((SECONDS - start)) s"
   cat "$logs/ladder-d64.log"
-fi
-
-# bf16, where the harness and the step have it (the lead's bf16 work): the same rows and shapes.
-if has bf16; then
-  if "$bin/ladder" --help 2>&1 | grep -q -- "--dtype"; then
-    start=$SECONDS
-    timeout 200 "$bin/ladder" "${common[@]}" --dtype bf16 --json "$out/ladder-d64-bf16.json" >"$logs/ladder-bf16.log" 2>&1
-    note "ladder bf16 B=4 H=8 D=64: rc=$? in $((SECONDS - start)) s"
-    cat "$logs/ladder-bf16.log"
-  else
-    note "bf16: this ladder has no --dtype; skipped"
-  fi
 fi
 
 # Nsight Compute, one launch per variant at B=4 H=8 N=4096 D=64 non-causal, clocks untouched:
@@ -125,7 +129,7 @@ if has ncu; then
   for id in 20/persistent_3stage 21/three_consumers; do
     s=${id%%/*}
     kernel=$([ "$s" = 20 ] && echo persistent_kernel || echo three_consumers_kernel)
-    timeout 120 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 \
+    timeout 60 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section LaunchStats \
       --metrics sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio \
       "$bin/ladder" --steps "$s" --variant "$id" --no-peers --b 4 --heads 8 --n 4096 --d 64 --mask none \
@@ -134,6 +138,18 @@ if has ncu; then
     { echo "==== $id B=4 H=8 N=4096 D=64 non-causal"; cat "$logs/ncu.log"; } >>"$out/ncu.txt"
   done
   note "ncu total $((SECONDS - start)) s"
+fi
+
+# bf16, where the harness and the step have it (the lead's bf16 work): the same rows and shapes.
+if has bf16; then
+  if "$bin/ladder" --help 2>&1 | grep -q -- "--dtype"; then
+    start=$SECONDS
+    timeout 100 "$bin/ladder" "${common[@]}" --dtype bf16 --json "$out/ladder-d64-bf16.json" >"$logs/ladder-bf16.log" 2>&1
+    note "ladder bf16 B=4 H=8 D=64: rc=$? in $((SECONDS - start)) s"
+    cat "$logs/ladder-bf16.log"
+  else
+    note "bf16: this ladder has no --dtype; skipped"
+  fi
 fi
 
 tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
