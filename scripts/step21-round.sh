@@ -7,7 +7,8 @@
 # that hangs costs its timeout, not the call.
 #
 #   scripts/step21-round.sh OUT [stage ...]
-#   stages: test sanitize ladder ncu bf16   (default: all; bf16 runs only where the binary has it)
+#   stages: test sanitize ladder ncu bf16   (default); also waves (a many-wave D = 64 shape) and
+#           ncu2 (Nsight Compute's scheduler and pipe view); bf16 runs only where the binary has it
 #
 # The binaries (`ladder`, `gpu_tests`, built for sm_90a with cuDNN) come from LADDER_STEP21_BIN,
 # built on a machine without the GPU and carried (the device call then spends no time compiling);
@@ -138,6 +139,41 @@ if has ncu; then
     { echo "==== $id B=4 H=8 N=4096 D=64 non-causal"; cat "$logs/ncu.log"; } >>"$out/ncu.txt"
   done
   note "ncu total $((SECONDS - start)) s"
+fi
+
+# Many waves (B=16 H=16 N=4096 D=64: 5632 tiles of 192 rows on 132 SMs, 42.7 per SM, against
+# 8192 of 128 rows, 62.1): the tile count's rounding costs under 2% here, so the rows compare the
+# kernels' throughput per tile, apart from the issue's shapes' last partial wave.
+if has waves; then
+  start=$SECONDS
+  timeout 120 "$bin/ladder" --track attention --steps 20,21 "${variants[@]}" --ref-rows 256 --b 16 --heads 16 \
+    --d 64 --n 4096 --mask both --json "$out/ladder-d64-waves.json" >"$logs/ladder-waves.log" 2>&1
+  note "ladder B=16 H=16 N=4096 D=64 both masks: rc=$? in $((SECONDS - start)) s"
+  cat "$logs/ladder-waves.log"
+fi
+
+# Nsight Compute's issue-side view at the issue's shape: the schedulers (eligible warps, issue
+# slots), the compute workload (the busiest pipe), and, in a call of its own in case a name is
+# not known to this ncu, the MUFU (xu), FMA and ALU pipes' shares.
+if has ncu2; then
+  start=$SECONDS
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for id in 20/persistent_3stage 21/three_consumers 21/three_consumers_4stage; do
+    s=${id%%/*}
+    kernel=$([ "$s" = 20 ] && echo persistent_kernel || echo three_consumers_kernel)
+    shape=(--steps "$s" --variant "$id" --no-peers --b 4 --heads 8 --n 4096 --d 64 --mask none --no-time --no-check --no-resources)
+    timeout 60 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section SpeedOfLight \
+      --metrics sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active "$bin/ladder" "${shape[@]}" >"$logs/ncu2.log" 2>&1
+    note "ncu (schedulers, compute workload) $id D=64: rc=$?"
+    { echo "==== $id B=4 H=8 N=4096 D=64 non-causal: schedulers, compute workload"; cat "$logs/ncu2.log"; } >>"$out/ncu2.txt"
+    timeout 60 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 \
+      --metrics sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.sum,smsp__issue_active.avg.pct_of_peak_sustained_active \
+      "$bin/ladder" "${shape[@]}" >"$logs/ncu3.log" 2>&1
+    note "ncu (pipes) $id D=64: rc=$?"
+    { echo "==== $id B=4 H=8 N=4096 D=64 non-causal: pipes"; cat "$logs/ncu3.log"; } >>"$out/ncu2.txt"
+  done
+  note "ncu2 total $((SECONDS - start)) s"
 fi
 
 # bf16, where the harness and the step have it (the lead's bf16 work): the same rows and shapes.
