@@ -139,6 +139,11 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       ->check(kPositive)->group(run);
   bool no_flush = false, no_time = false, no_check = false, no_resources = false, no_peers = false;
   app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions")->group(run);
+  bool no_gate = false;
+  app.add_flag("--no-gate", no_gate,
+               "Time without the launch gate: the host's set-up work inside a launch function "
+               "(tensor-map encoding, cuDNN's execute) is then counted if it outlasts the flush")
+      ->group(run);
   app.add_flag("--no-time", no_time, "Check only; do not time")->group(run);
   app.add_flag("--no-check", no_check, "Time only; skip the CPU reference")->group(run);
   app.add_option("--ref-rows", o.run.max_reference_rows, "Most rows checked against the fp64 reference")
@@ -162,6 +167,7 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   }
   if (causal) o.mask = "causal";
   o.run.timing.flush_l2 = !no_flush;
+  o.run.timing.gate = !no_gate;
   o.run.time = !no_time;
   o.run.check = !no_check;
   o.resources = !no_resources;

@@ -141,6 +141,7 @@ struct KernelInfo {
   const void* func;        // the __global__ function
   int threads;             // per block
   std::size_t dynamic_smem;  // bytes of dynamic shared memory per block
+  DType dtype = DType::F16;  // the element type it computes in: a problem's table lists its own
 };
 using KernelsFn = std::function<std::vector<KernelInfo>(int head_dim)>;
 

@@ -221,6 +221,7 @@ nlohmann::json to_json(const Report& report) {
               {"rounds", t.rounds},
               {"round_order", "alternating: ladder order, reverse, ladder order, ..."},
               {"flush_l2", t.flush_l2},
+              {"launch_gate", t.gate},
               {"statistic", "median of CUDA-event times, all rounds pooled"}}},
             {"date", report.started_at},
             {"host", host_name()},

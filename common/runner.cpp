@@ -530,6 +530,12 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     };
     run_variant(session, ref, row, hooks, options, baselines, shape.head_dim, row_index,
                 ws <= kMaxRetainedWorkspace);
+    if (variant.kernels) {  // the resource table lists the kernels of this problem's element type
+      std::set<std::string> own;
+      for (const auto& k : variant.kernels(shape.head_dim))
+        if (k.dtype == dtype) own.insert(k.name);
+      std::erase_if(row.kernels, [&](const KernelResources& k) { return !own.count(k.name); });
+    }
   });
   finish_timing(session, run, options, baselines);
   add_gemm_ceiling(session, run, options);

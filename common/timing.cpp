@@ -1,8 +1,11 @@
 #include "common/timing.hpp"
 
+#include "common/launch_gate.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 namespace ladder {
 
@@ -70,13 +73,22 @@ Timing time_launch(const std::function<void(cudaStream_t)>& launch, cudaStream_t
   CudaEvent before, after;
   std::vector<float> samples;
   double measured = 0;
+  static LaunchGate gate;  // one per process: pinned host flags, created on first use
+  int attempts = 0;
   while (int(samples.size()) < options.max_reps &&
          (int(samples.size()) < options.min_reps || measured < options.target_ms)) {
+    if (++attempts > 4 * options.max_reps)
+      throw std::runtime_error(
+          "timing: the launch gate timed out on most repetitions (the host took over a second to "
+          "enqueue one launch); rerun with --no-gate to time without it");
     if (options.flush_l2) flusher.flush(stream);
+    if (options.gate) gate.close(stream);
     before.record(stream);
     launch(stream);
     after.record(stream);
+    if (options.gate) gate.open();
     CUDA_CHECK(cudaEventSynchronize(after.get()));
+    if (options.gate && gate.timed_out()) continue;  // the host's time was measured too
     const float ms = after.ms_since(before);
     samples.push_back(ms);
     measured += ms;

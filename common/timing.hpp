@@ -19,6 +19,9 @@ struct TimingOptions {
   int max_reps = 50;
   double target_ms = 100;  // per round: stop adding repetitions once this much kernel time is measured
   bool flush_l2 = true;
+  // Hold the stream behind a LaunchGate while the launch is enqueued (common/launch_gate.hpp), so
+  // the host's set-up work is not timed; false: the plain before/launch/after sequence.
+  bool gate = true;
   // Rounds: every variant of a problem is timed once, then again, `rounds` times in all
   // (interleaved), so that a drift of the clocks over the run touches every variant alike. The
   // rounds alternate direction: ladder order, reverse order, ladder order... Under a steady drift

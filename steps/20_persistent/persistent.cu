@@ -384,6 +384,7 @@ std::vector<ladder::KernelInfo> kernels() {
                                         T::kBlockM, T::kBlockN, T::kStages, type);
     out.push_back(ladder::kernel(name, persistent_kernel<T, false>, T::kThreads, T::kSmemBytes));
     out.push_back(ladder::kernel(name + " causal", persistent_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");
   add.template operator()<__nv_bfloat16>(",bf16");

@@ -86,6 +86,11 @@ TEST_CASE("a variant runs fp16 unless it declares bf16, and reads its tensors as
   CHECK_THROWS_AS(args.as<__nv_bfloat16>(), std::logic_error);
 }
 
+TEST_CASE("timing is gated unless --no-gate", "[cli][timing]") {
+  CHECK(parse({}).options->run.timing.gate);
+  CHECK_FALSE(parse({"--no-gate"}).options->run.timing.gate);
+}
+
 TEST_CASE("--causal and --large-logits", "[cli]") {
   auto o = parse({"--causal", "--large-logits"});
   REQUIRE(o.options);

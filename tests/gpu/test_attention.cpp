@@ -180,4 +180,10 @@ TEST_CASE("the same kernel timed twice is reported the same speed", "[gpu][timin
     CHECK(same_speed(*run.rows[0].timing, *run.rows[1].timing));
     return;  // one variant is enough
   }
+  // No variant qualified. That is expected only where nothing above step 04 runs (a GPU older
+  // than sm_80, or a ctest entry whose step is a CUDA-core step); anywhere else it would be a test
+  // that passed without timing anything.
+  const bool step_filter = std::getenv("LADDER_TEST_STEP") && *std::getenv("LADDER_TEST_STEP");
+  if (gpu.sm >= 80 && !step_filter) FAIL("no tensor-core variant was timed twice");
+  WARN("no variant of this run qualifies for the timing-noise test: nothing was timed");
 }
