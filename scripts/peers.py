@@ -10,9 +10,16 @@ PyTorch user gets. Each call is captured once in a CUDA graph and the events bra
 replay, so Python's dispatch (13-17% of the time at small sizes when timed eagerly) stays out of the
 measurement; a backend that cannot be captured is timed eagerly and its row says so.
 
-    python3 scripts/peers.py --out peers.json [--quick]
+    python3 scripts/peers.py --out peers.json [--quick] [--dtype bf16]
+        [--ladder-lib build/gpu/lib/libladder_capi.so --ladder-variants 20/persistent_3stage,99/cudnn]
+
+With --ladder-lib, the ladder's own variants (through its C interface, common/apps/capi.cpp) are
+timed here too, beside PyTorch's backends, on the same tensors and with the same method: a ratio
+like "step 20 / PyTorch's cuDNN" then comes from one process and one way of timing. Their output is
+compared with PyTorch's default SDPA (max |difference| in the row) as a sanity check.
 """
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -29,8 +36,14 @@ BACKENDS = {
 }
 
 
-def grids(quick):
-    """(batch, heads, seqlen, head_dim, causal) in the order scripts/gpu-round.sh benchmarks them."""
+def grids(quick, grid="ladder"):
+    """(batch, heads, seqlen, head_dim, causal) in the order scripts/gpu-round.sh benchmarks them;
+    grid="part4": the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192,
+    both masks, and FlashAttention-3's ablation shape)."""
+    if grid == "part4":
+        shapes = [(4, 8, n, 64, c) for c in (False, True) for n in (4096, 8192)]
+        shapes += [(16384 // n, 16, n, 128, c) for c in (False, True) for n in (4096, 8192)]
+        return shapes + [(4, 16, 8448, 128, False)]
     shapes = []
     for causal in (False, True):
         for n in (1024, 2048, 4096, 8192):
@@ -68,11 +81,15 @@ def as_graph(fn):
 
 
 def time_rounds(fns, flush, rounds=3, **kw):
-    """Times each callable `rounds` times, interleaved; returns a summary per callable."""
+    """Times each callable `rounds` times, interleaved, alternately in order and in reverse (as the
+    ladder does, so a drift of the clocks cannot favour the first); returns a summary per callable."""
     per = [[] for _ in fns]
     medians = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
+    for r in range(rounds):
+        order = list(enumerate(fns))
+        if r % 2 == 1:
+            order.reverse()
+        for i, fn in order:
             t = time_fn(fn, flush, **kw)
             per[i] += t["samples_ms"]
             medians[i].append(t["median_ms"])
@@ -110,6 +127,31 @@ def time_fn(fn, flush, warmup_ms=25.0, min_reps=5, max_reps=50, target_ms=100.0)
             "p80_ms": percentile(s, 0.8), "samples_ms": samples}
 
 
+def ladder_library(path):
+    """ladder_attention from the ladder's C interface (libladder_capi.so)."""
+    lib = ctypes.CDLL(path)
+    f = lib.ladder_attention
+    f.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6 + [ctypes.c_char_p, ctypes.c_int]
+    f.restype = ctypes.c_int
+    return f
+
+
+def ladder_call(f, variant, q, k, v, causal, bf16):
+    """A callable that runs `variant` on q, k, v into its own O (returned with it)."""
+    o = torch.empty_like(q)
+    bsz, heads, n, d = q.shape
+    lse = torch.empty(bsz, heads, n, dtype=torch.float32, device=q.device)
+    err = ctypes.create_string_buffer(1024)
+
+    def call():
+        rc = f(variant.encode(), bsz, heads, n, d, int(causal), int(bf16), q.data_ptr(), k.data_ptr(),
+               v.data_ptr(), o.data_ptr(), lse.data_ptr(), torch.cuda.current_stream().cuda_stream,
+               err, len(err))
+        if rc:
+            raise RuntimeError(err.value.decode())
+    return call, o
+
+
 def gpu_provenance():
     props = torch.cuda.get_device_properties(0)
     info = {"name": props.name, "sm_count": props.multi_processor_count,
@@ -132,10 +174,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grid", choices=("ladder", "part4"), default="ladder",
+                    help="the ladder's benchmark grid, or Part IV's target shapes")
+    ap.add_argument("--ladder-lib", help="libladder_capi.so: also time the ladder's variants here")
+    ap.add_argument("--ladder-variants", default="",
+                    help="comma-separated variant ids for --ladder-lib (e.g. 20/persistent_3stage,99/cudnn)")
     ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                     help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate)")
     args = ap.parse_args()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    ladder_fn = ladder_library(args.ladder_lib) if args.ladder_lib else None
+    ladder_variants = [x for x in args.ladder_variants.split(",") if x] if ladder_fn else []
 
     torch.manual_seed(args.seed)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -152,7 +201,7 @@ def main():
                  "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
     del a, b, c
 
-    for (bsz, heads, n, d, causal) in grids(args.quick):
+    for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
         q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
         flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
         shape_rows, fns = [], []
@@ -167,6 +216,24 @@ def main():
                 fn, row["timing_method"] = as_graph(call)
                 fns.append(fn)
             except Exception as e:  # say why
+                row["error"] = str(e).splitlines()[0][:300]
+            shape_rows.append(row)
+        reference = None
+        keep = []  # a graph replays into O and the LSE by address: they must outlive its timing
+        for variant in ladder_variants:
+            row = {"kind": "attention", "name": "ladder:" + variant, "batch": bsz, "heads": heads,
+                   "seqlen": n, "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
+            try:
+                call, o = ladder_call(ladder_fn, variant, q, k, v, causal, args.dtype == "bf16")
+                keep.append(call)
+                call()
+                if reference is None:
+                    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                torch.cuda.synchronize()
+                row["max_abs_diff_vs_sdpa"] = float((o.float() - reference.float()).abs().max())
+                fn, row["timing_method"] = as_graph(call)
+                fns.append(fn)
+            except Exception as e:  # the variant refuses this shape, or failed: say why
                 row["error"] = str(e).splitlines()[0][:300]
             shape_rows.append(row)
         timings = iter(time_rounds(fns, flush)) if fns else iter(())
@@ -186,7 +253,7 @@ def main():
                              "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
                              "method": "each call captured in a CUDA graph (else eager, per row's "
                                        "timing_method); CUDA events around one replay per repetition, "
-                                       "L2 flushed (2x L2 zeroed) between, 3 interleaved rounds of "
+                                       "L2 flushed (2x L2 zeroed) between, 3 interleaved rounds (alternating direction) of "
                                        ">=5 reps / 100 ms after >=25 ms warm-up; median of all samples"},
               "rows": rows}
     with open(args.out, "w") as f:

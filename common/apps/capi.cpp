@@ -1,0 +1,110 @@
+// A C interface to the registered attention variants, so that other programs can time the
+// ladder's kernels with their own method: scripts/peers.py loads it with ctypes and times a step
+// exactly as it times PyTorch's SDPA backends (CUDA-graph replays, in the same process, on the
+// same tensors), which makes "step 20 vs PyTorch's cuDNN" a ratio measured one way for both sides.
+//
+//   int ladder_attention(const char* id, int batch, int heads, int seqlen, int head_dim,
+//                        int causal, int bf16, const void* q, const void* k, const void* v,
+//                        void* o, float* lse, void* stream, char* error, int error_bytes);
+//
+// q, k, v, o: [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors; lse: [B, H, N] fp32
+// (written by the variants that write it; may be null for the others); stream: a cudaStream_t.
+// Returns 0, or 1 with a message in `error` (an unknown id, a shape the variant refuses on this
+// GPU, a CUDA failure). Workspaces are allocated on a variant's first call for a shape and kept,
+// so the calls that a CUDA graph captures allocate nothing.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "common/check.hpp"
+#include "common/device_buffer.hpp"
+#include "common/registry.hpp"
+
+namespace {
+
+using ladder::AttentionShape;
+
+const ladder::Variant* find_variant(const std::string& id, std::string* why) {
+  const auto slash = id.find('/');
+  if (slash == std::string::npos) {
+    *why = "variant ids look like 20/persistent_3stage, got \"" + id + "\"";
+    return nullptr;
+  }
+  const ladder::Step* step = ladder::Registry::instance().find(std::atoi(id.substr(0, slash).c_str()));
+  if (step)
+    for (const auto& v : step->variants)
+      if (v.name == id.substr(slash + 1)) {
+        if (!std::holds_alternative<ladder::AttentionLaunch>(v.launch)) break;
+        return &v;
+      }
+  *why = "no attention variant " + id + " in this library (see `ladder --list`)";
+  return nullptr;
+}
+
+int current_sm() {
+  int device = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return 10 * major + minor;
+}
+
+// Workspaces by (variant id, bytes), kept for the life of the process.
+std::map<std::tuple<std::string, std::size_t>, std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>>>&
+workspaces() {
+  static std::map<std::tuple<std::string, std::size_t>,
+                  std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>>> cache;
+  return cache;
+}
+
+void set_error(char* error, int error_bytes, const std::string& what) {
+  if (error && error_bytes > 0) std::snprintf(error, std::size_t(error_bytes), "%s", what.c_str());
+}
+
+}  // namespace
+
+extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen, int head_dim,
+                                int causal, int bf16, const void* q, const void* k, const void* v,
+                                void* o, float* lse, void* stream, char* error, int error_bytes) {
+  try {
+    std::string why;
+    const ladder::Variant* variant = find_variant(id ? id : "", &why);
+    if (!variant) {
+      set_error(error, error_bytes, why);
+      return 1;
+    }
+    AttentionShape shape{.batch = batch, .heads = heads, .seqlen = seqlen, .head_dim = head_dim,
+                         .causal = causal != 0,
+                         .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16};
+    if (auto bad = ladder::validate(shape)) {
+      set_error(error, error_bytes, *bad);
+      return 1;
+    }
+    if (auto refused = variant->constraints.refuse(shape, current_sm())) {
+      set_error(error, error_bytes, std::string(id) + " does not run " + shape.to_string() + ": " + *refused);
+      return 1;
+    }
+    const std::size_t bytes = variant->workspace_bytes(shape);
+    auto& slot = workspaces()[{std::string(id), bytes}];
+    if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
+    const ladder::AttentionArgs args{shape,
+                                     shape.softmax_scale(),
+                                     static_cast<const __half*>(q),
+                                     static_cast<const __half*>(k),
+                                     static_cast<const __half*>(v),
+                                     static_cast<__half*>(o),
+                                     lse,
+                                     slot->get()};
+    std::get<ladder::AttentionLaunch>(variant->launch)(args, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error, error_bytes, e.what());
+    return 1;
+  }
+}
