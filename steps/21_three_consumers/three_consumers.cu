@@ -412,6 +412,7 @@ std::vector<ladder::KernelInfo> kernels() {
                                         kHeadDim, T::kBlockM, T::kBlockN, T::kStages, T::kWarpgroups, type);
     out.push_back(ladder::kernel(name, three_consumers_kernel<T, false>, T::kThreads, T::kSmemBytes));
     out.push_back(ladder::kernel(name + " causal", three_consumers_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");
   add.template operator()<__nv_bfloat16>(",bf16");
