@@ -6,7 +6,9 @@
 # runs under a timeout, so a kernel that hangs costs its timeout, not the call.
 #
 #   scripts/hopper-round.sh OUT [stage ...]
-#   stages: build test sanitize ladder peers ncu   (default: all)
+#   stages: build test sanitize ladder peers crosscheck ncu   (default: all)
+#   crosscheck: scripts/peers.py times the ladder's main Hopper variants and its cuDNN row through
+#   libladder_capi.so beside PyTorch's SDPA backends, in one process, by one method (graph replays)
 #   (test and sanitize run concurrently, they only check; ladder, peers and ncu time, alone)
 #
 # Environment: LADDER_HOPPER_BIN    a folder holding a prebuilt `ladder` and `gpu_tests` (carried to
@@ -25,7 +27,7 @@ source scripts/env.sh
 out=${1:?usage: scripts/hopper-round.sh OUT [stages...]}
 shift
 stages=("$@")
-((${#stages[@]})) || stages=(build test sanitize ladder peers ncu)
+((${#stages[@]})) || stages=(build test sanitize ladder peers crosscheck ncu)
 has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 mkdir -p "$out/logs"
 logs="$out/logs"
@@ -42,6 +44,8 @@ suffix=""
 [ "$dtype" = fp16 ] || suffix="-$dtype"
 bin="$build/bin"
 tests="$build/tests/gpu_tests"
+capi="$build/lib/libladder_capi.so"
+read -r -a crosscheck_ids <<<"${LADDER_CROSSCHECK_IDS:-20/persistent_3stage 21/three_consumers_4stage 99/cudnn}"
 note "hopper round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, steps ${steps[*]}, stages ${stages[*]}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit \
   --format=csv >>"$summary" 2>&1
@@ -56,12 +60,13 @@ if has build; then
   if [ -n "$carried" ] && "$carried/ladder" --list >/dev/null 2>"$logs/carried.log" && [ -x "$carried/gpu_tests" ]; then
     bin=$carried
     tests=$carried/gpu_tests
+    capi=$carried/libladder_capi.so
     note "build: using the carried ladder and gpu_tests in $carried"
   else
     [ -n "$carried" ] && note "build: the carried binaries do not run here ($(head -c 300 "$logs/carried.log")); building"
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DLADDER_BUILD_TESTS=ON -DLADDER_PTXAS_VERBOSE=ON >"$logs/configure.log" 2>&1 &&
-      cmake --build "$build" -j "$(nproc)" --target ladder gpu_tests >"$logs/build.log" 2>&1
+      cmake --build "$build" -j "$(nproc)" --target ladder gpu_tests ladder_capi >"$logs/build.log" 2>&1
     rc=$?
     note "build: rc=$rc in $((SECONDS - start)) s"
     [ $rc -eq 0 ] || { tail -40 "$logs/build.log"; exit 1; }
@@ -98,7 +103,9 @@ if has test || has sanitize; then
       (LADDER_TEST_STEP=$s timeout 300 "$tests" >"$logs/test-$s.log" 2>&1; echo $? >"$logs/test-$s.rc") &
       pids+=($!)
     fi
-    if has sanitize; then
+    # Library peers (step 99) are not sanitized: the reports come from inside cuDNN's own kernels
+    # (racecheck flags its generated SDPA kernels), which this course can neither read nor fix.
+    if has sanitize && [ "$s" -lt 90 ]; then
       (sanitize_step "$s" >"$logs/sanitize-$s.log" 2>&1; echo $? >"$logs/sanitize-$s.rc") &
       pids+=($!)
     fi
@@ -110,7 +117,7 @@ if has test || has sanitize; then
       [ "$(cat "$logs/test-$s.rc")" = 0 ] ||
         grep -E "FAILED|with expansion|on B=|error|Timeout|timed out" "$logs/test-$s.log" | head -12 | tee -a "$summary"
     fi
-    if has sanitize; then
+    if has sanitize && [ "$s" -lt 90 ]; then
       note "sanitize step $s (memcheck racecheck synccheck): rc=$(cat "$logs/sanitize-$s.rc")"
       [ "$(cat "$logs/sanitize-$s.rc")" = 0 ] || head -16 "$logs/sanitize-$s.log" | tee -a "$summary"
     fi
@@ -194,6 +201,17 @@ json.dump({"schema": "attention-ladder/peers/1",
 EOF
   note "peers (PyTorch SDPA flash, cuDNN; fp16 GEMM): rc=$? in $((SECONDS - start)) s"
   cat "$logs/peers$suffix.log" >>"$summary"
+fi
+
+# The ladder's variants timed by PyTorch's method in PyTorch's process (scripts/peers.py through the C
+# interface), at Part IV's target shapes: the ratio to PyTorch's cuDNN backend from one process.
+if has crosscheck; then
+  start=$SECONDS
+  ids=$(IFS=,; echo "${crosscheck_ids[*]}")
+  PYTHONUNBUFFERED=1 timeout 300 python3 scripts/peers.py --grid part4 --dtype "$dtype" --ladder-lib "$capi" \
+    --ladder-variants "$ids" --out "$out/crosscheck$suffix.json" >"$logs/crosscheck$suffix.log" 2>&1
+  note "crosscheck ($ids beside PyTorch, $dtype): rc=$? in $((SECONDS - start)) s"
+  grep -v "efficient" "$logs/crosscheck$suffix.log" >>"$summary"
 fi
 
 # Nsight Compute, one launch of the profiled step per head dimension, clocks untouched: speed of
