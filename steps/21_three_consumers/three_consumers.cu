@@ -13,8 +13,9 @@
 //   * registers: 4 warpgroups share the 65,536 registers, so setmaxnreg gives the producer 32 and
 //     each consumer 160 (32·128 + 3·160·128 = 65,536) instead of 24 and 240 — enough at D = 64
 //     (S 64 + P 32 + O 32 fp32/packed registers per thread), not at D = 128 (O alone is 64);
-//   * so the consumer count is a template parameter: 3 at D = 64, 2 at D = 128, where this file
-//     compiles exactly step 20's kernel (and its variant is registered as that kernel).
+//   * so the consumer count is a template parameter: 3 at D = 64; at D = 128 the step is step 20
+//     (with 2 consumers this file compiles to step 20's instructions, and the registration hands
+//     D = 128 problems to step 20's own kernel: one kernel, one row).
 //
 // What stays from step 20: the persistent grid and its static scheduler, the ring across tiles,
 // the in-warpgroup overlap, the TMA store epilogue, the arithmetic.
@@ -28,7 +29,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <stdexcept>
+#include <variant>
 #include <vector>
 
 #include "common/check.hpp"
@@ -381,35 +383,53 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("three_consumers_kernel");
 }
 
-// The tile of each head dimension: three consumers (192 rows) where their registers suffice,
-// D = 64; two (128 rows, step 20's kernel) at D = 128, where O alone is 64 registers a thread.
-// kStages64 is the ring depth at D = 64 (at D = 128 three stages already fill shared memory).
-template <int kHeadDim, int kStages64, class Element>
-using TileFor = std::conditional_t<kHeadDim == 64, Tile<64, kStages64, Element, 3>,
-                                   Tile<kHeadDim, 3, Element, 2>>;
+// The tile of each head dimension. D = 64: three consumers (192 rows), where their registers
+// suffice; kStages64 is the ring depth. D = 128: O alone is 64 registers a thread and three
+// consumers do not fit in 160, so the step is step 20 there. Tile<128, 3, Element, 2> is step 20's
+// tile, and this file compiles it to step 20's instructions; but a row the ladder leaves out as
+// "the same kernel as 20/persistent_3stage" must launch exactly that kernel (a CPU test checks the
+// function pointers), so at D = 128 the variant hands the problem to step 20's registered variant.
+template <int kStages64, class Element>
+using Tile64 = Tile<64, kStages64, Element, 3>;
+
+const ladder::Variant* step20_variant() {  // null where step 20 is not linked in
+  const ladder::Step* step = ladder::Registry::instance().find(20);
+  if (step)
+    for (const auto& v : step->variants)
+      if (v.name == "persistent_3stage") return &v;
+  return nullptr;
+}
 
 template <int kStages64, class Element>
 void launch_element(const AttentionArgs& a, cudaStream_t stream) {
-  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    using T = TileFor<kHeadDim, kStages64, Element>;
-    if (a.shape.causal) launch_tile<T, true>(a, stream);
-    else launch_tile<T, false>(a, stream);
-  });
+  using T = Tile64<kStages64, Element>;
+  if (a.shape.causal) launch_tile<T, true>(a, stream);
+  else launch_tile<T, false>(a, stream);
 }
 
 template <int kStages64>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages64, __nv_bfloat16>(a, stream);
-  else launch_element<kStages64, __half>(a, stream);
+  if (a.shape.head_dim == 128) {
+    const ladder::Variant* step20 = step20_variant();
+    if (!step20)
+      throw std::logic_error("21/three_consumers at D=128 runs 20/persistent_3stage, which this "
+                             "executable does not contain");
+    std::get<ladder::AttentionLaunch>(step20->launch)(a, stream);
+    return;
+  }
+  ladder::dispatch_head_dim<64>(a.shape.head_dim, [&]<int>() {
+    if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages64, __nv_bfloat16>(a, stream);
+    else launch_element<kStages64, __half>(a, stream);
+  });
 }
 
-template <int kHeadDim, int kStages64>
+template <int kStages64>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using T = TileFor<kHeadDim, kStages64, Element>;
-    const auto name = ladder::strprintf("three_consumers_kernel<D=%d,%dx%d,%d stages,%d consumers%s>",
-                                        kHeadDim, T::kBlockM, T::kBlockN, T::kStages, T::kWarpgroups, type);
+    using T = Tile64<kStages64, Element>;
+    const auto name = ladder::strprintf("three_consumers_kernel<D=64,%dx%d,%d stages,%d consumers%s>",
+                                        T::kBlockM, T::kBlockN, T::kStages, T::kWarpgroups, type);
     out.push_back(ladder::kernel(name, three_consumers_kernel<T, false>, T::kThreads, T::kSmemBytes));
     out.push_back(ladder::kernel(name + " causal", three_consumers_kernel<T, true>, T::kThreads, T::kSmemBytes));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
@@ -426,10 +446,13 @@ ladder::Variant variant(const char* name, const char* description) {
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      // At D = 128 the tile is step 20's (two consumers, three stages): the same code, not
-      // measured twice.
+      // At D = 128 the step is step 20 (see Tile64): the same kernel, not measured twice.
       .same_kernel_at(128, "20/persistent_3stage")
-      .with_kernels([](int d) { return d == 128 ? kernels<128, kStages64>() : kernels<64, kStages64>(); });
+      .with_kernels([](int d) {
+        if (d != 128) return kernels<kStages64>();
+        const ladder::Variant* step20 = step20_variant();
+        return step20 && step20->kernels ? step20->kernels(128) : std::vector<ladder::KernelInfo>{};
+      });
 }
 
 LADDER_REGISTER_STEP(
