@@ -54,9 +54,10 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_, int kStages_, class Element_ = __half>
+template <int kHeadDim_, int kStages_, class Element_ = __half, bool kSnake_ = false>
 struct Tile {
   using Element = Element_;  // __half or __nv_bfloat16
+  static constexpr bool kSnake = kSnake_;  // the CTAs walk the tile list as a snake (see tile_of)
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
   static constexpr int kThreads = (1 + kWarpgroups) * kWarpgroupThreads;  // + the producer
@@ -133,6 +134,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return w;
   };
 
+  // The CTA's r-th tile. Row r of the list is tiles [rG, rG + G) (G = gridDim.x), one per CTA.
+  // Taken left to right in every row, CTA 0 gets the first tile of each row — with the causal
+  // heaviest-first order, the heaviest of every row, so it finishes last. A snake walk (right to
+  // left in odd rows) gives each CTA the heavy end of one row and the light end of the next.
+  auto tile_of = [&](int r) {
+    const int g = int(gridDim.x), c = int(blockIdx.x);
+    return (T::kSnake && (r & 1)) ? r * g + (g - 1 - c) : r * g + c;
+  };
+
   // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
   // other threads and to the copy engine before anyone uses them.
   if (tid == 0) {
@@ -155,8 +165,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
     if (tid == 0) {
       int it = 0;  // ring position: the CTA's it-th block uses stage it % kStages
-      int local = 0;
-      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++local) {
+      for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
         const Work w = work_of(tile);
         auto load_kv = [&](int i) {
           const int stage = it % T::kStages;
@@ -234,8 +243,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   };
 
   int it = 0;  // ring position, as in the producer
-  int local = 0;
-  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++local) {
+  for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
     const Work w = work_of(tile);
     const int row0 = w.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
@@ -300,7 +308,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_fence();
     issue_pv(last_stage);
     hopper::wgmma_commit();
-    if (consumer == 0 || tile + int(gridDim.x) < n_tiles) pass_turn();
+    if (consumer == 0 || tile_of(local + 1) < n_tiles) pass_turn();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_o);
     release(last_stage);
@@ -360,28 +368,29 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("persistent_kernel");
 }
 
-template <int kStages, class Element>
+template <int kStages, bool kSnake, class Element>
 void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    using T = Tile<kHeadDim, kStages, Element>;
+    using T = Tile<kHeadDim, kStages, Element, kSnake>;
     if (a.shape.causal) launch_tile<T, true>(a, stream);
     else launch_tile<T, false>(a, stream);
   });
 }
 
-template <int kStages>
+template <int kStages, bool kSnake>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, __nv_bfloat16>(a, stream);
-  else launch_element<kStages, __half>(a, stream);
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, kSnake, __nv_bfloat16>(a, stream);
+  else launch_element<kStages, kSnake, __half>(a, stream);
 }
 
-template <int kHeadDim, int kStages>
+template <int kHeadDim, int kStages, bool kSnake>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using T = Tile<kHeadDim, kStages, Element>;
-    const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
-                                        T::kBlockM, T::kBlockN, T::kStages, type);
+    using T = Tile<kHeadDim, kStages, Element, kSnake>;
+    const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim,
+                                        T::kBlockM, T::kBlockN, T::kStages, kSnake ? ",snake" : "",
+                                        type);
     out.push_back(ladder::kernel(name, persistent_kernel<T, false>, T::kThreads, T::kSmemBytes));
     out.push_back(ladder::kernel(name + " causal", persistent_kernel<T, true>, T::kThreads, T::kSmemBytes));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
@@ -391,20 +400,23 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
-template <int kStages>
+template <int kStages, bool kSnake = false>
 ladder::Variant variant(const char* name, const char* description) {
-  return ladder::attention_variant(name, description, launch<kStages>)
+  return ladder::attention_variant(name, description, launch<kStages, kSnake>)
       .needs_sm(90)
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .with_kernels([](int d) { return d == 128 ? kernels<128, kStages>() : kernels<64, kStages>(); });
+      .with_kernels([](int d) {
+        return d == 128 ? kernels<128, kStages, kSnake>() : kernels<64, kStages, kSnake>();
+      });
 }
 
 LADDER_REGISTER_STEP(
     ladder::attention_step(20, "persistent", "Persistent grid: one CTA per SM over a tile list, TMA store epilogue", "19/pingpong")
         .add(variant<2>("persistent", "19/pingpong on a persistent grid (static scheduler, ring across tiles), O by TMA store"))
         .add(variant<3>("persistent_3stage", "the same with a 3-stage K/V ring").compared_with("19/pingpong_3stage"))
+        .add(variant<3, true>("persistent_snake", "the 3-stage kernel with the CTAs walking the tile list as a snake (causal balance)"))
         .main_is("persistent_3stage"));  // the fastest measured (docs/20_persistent.md)
 
 }  // namespace
