@@ -35,6 +35,12 @@ std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) 
   return std::nullopt;
 }
 
+std::optional<std::string> Constraints::duplicate_of(const AttentionShape& s) const {
+  if (auto it = same_kernel_at.find(s.head_dim); it != same_kernel_at.end()) return it->second;
+  if (same_kernel_when) return same_kernel_when(s);
+  return std::nullopt;
+}
+
 std::optional<std::string> Constraints::refuse(const MatmulShape&, int sm) const {
   return refuse_arch(min_sm, sm);
 }

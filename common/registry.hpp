@@ -119,6 +119,11 @@ struct Constraints {
   // attention: head dimensions at which this variant launches exactly the kernel of another
   // variant (its id): the row would measure the same code twice, so it is left out there.
   std::map<int, std::string> same_kernel_at;
+  // attention: the same for any other property of the shape (a variant that changes only the causal
+  // schedule launches another's kernel without a mask): that variant's id, or nothing.
+  std::function<std::optional<std::string>(const AttentionShape&)> same_kernel_when;
+  // The variant whose kernel this one launches for `s` (by either rule), or nothing.
+  std::optional<std::string> duplicate_of(const AttentionShape& s) const;
 
   // A reason the variant cannot run this problem on a GPU of compute capability `sm`, or nothing.
   std::optional<std::string> refuse(const AttentionShape& s, int sm) const;
@@ -176,6 +181,10 @@ struct Variant {
   // At head dimension d this variant is the same kernel as variant `id` ("06/lse"): not listed.
   Variant& same_kernel_at(int d, std::string id) {
     constraints.same_kernel_at[d] = std::move(id);
+    return *this;
+  }
+  Variant& same_kernel_when(std::function<std::optional<std::string>(const AttentionShape&)> fn) {
+    constraints.same_kernel_when = std::move(fn);
     return *this;
   }
   Variant& with_kernels(KernelsFn fn) { kernels = std::move(fn); return *this; }

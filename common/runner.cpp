@@ -111,15 +111,15 @@ const Variant* find_variant(const std::string& id) {
   return nullptr;
 }
 
-// A baseline that is left out at this head dimension (same_kernel_at) stands for the variant
-// whose kernel it is: compare with that one.
-std::string resolve_baseline(std::string id, int head_dim) {
+// A baseline that is left out for this shape (same_kernel_at, same_kernel_when) stands for the
+// variant whose kernel it is: compare with that one.
+std::string resolve_baseline(std::string id, const AttentionShape& shape) {
   for (int hop = 0; hop < 8; ++hop) {
     const Variant* v = find_variant(id);
     if (!v) break;
-    const auto it = v->constraints.same_kernel_at.find(head_dim);
-    if (it == v->constraints.same_kernel_at.end()) break;
-    id = it->second;
+    const auto other = v->constraints.duplicate_of(shape);
+    if (!other) break;
+    id = *other;
   }
   return id;
 }
@@ -244,13 +244,15 @@ void add_gemm_ceiling(Session& session, ProblemRun& run, const RunOptions& optio
 
 // The ids some selected variant is compared with: only their outputs are kept (a ladder run
 // would otherwise hold every variant's output in host memory).
-std::set<std::string> baselines_needed(std::span<const VariantRef> variants, int head_dim = 0) {
+std::set<std::string> baselines_needed(std::span<const VariantRef> variants,
+                                       const AttentionShape* shape = nullptr) {
   std::set<std::string> ids;
   for (const auto& ref : variants) {
     ids.insert(baseline_id(*ref.step, ref.index));
-    if (head_dim > 0) ids.insert(resolve_baseline(baseline_id(*ref.step, ref.index), head_dim));
+    if (shape) ids.insert(resolve_baseline(baseline_id(*ref.step, ref.index), *shape));
   }
   ids.insert(lesson_for_peers(variants));
+  if (shape) ids.insert(resolve_baseline(lesson_for_peers(variants), *shape));
   return ids;
 }
 
@@ -360,11 +362,12 @@ ProblemRun begin_run(Kind kind, const Shape& shape, nlohmann::json shape_json,
 template <typename Shape>
 bool refused(Row& row, const Variant& variant, const Shape& shape, int sm) {
   if constexpr (std::is_same_v<Shape, AttentionShape>) {
-    const auto& same = variant.constraints.same_kernel_at;
-    if (auto it = same.find(shape.head_dim); it != same.end()) {
+    if (auto other = variant.constraints.duplicate_of(shape)) {
       row.status = Row::Status::Skipped;
-      row.duplicate_of = it->second;
-      row.note = fmt::format("at D={} the same kernel as {}: not listed", shape.head_dim, it->second);
+      row.duplicate_of = *other;
+      row.note = variant.constraints.same_kernel_at.count(shape.head_dim)
+                     ? fmt::format("at D={} the same kernel as {}: not listed", shape.head_dim, *other)
+                     : fmt::format("on this problem the same kernel as {}: not listed", *other);
       return true;
     }
   }
@@ -427,7 +430,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   // Host: Q, K, V as 16-bit and widened (6 bytes an element each), and outputs downloaded as
   // 16-bit and widened (6 bytes an element): the one being checked, its rerun, and every output a
   // later row is compared with.
-  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants, shape.head_dim).size())),
+  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants, &shape).size())),
                    "Q, K, V and the outputs kept for comparison");
 
   const DType dtype = shape.dtype;
@@ -462,12 +465,12 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   }
 
   Baselines baselines;
-  baselines.needed = baselines_needed(variants, shape.head_dim);
+  baselines.needed = baselines_needed(variants, &shape);
   for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
     const Variant& variant = ref.variant();
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
-    row.baseline = resolve_baseline(row.baseline, shape.head_dim);
+    row.baseline = resolve_baseline(row.baseline, shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
     if (variant.kernels)
       for (const auto& k : variant.kernels(shape.head_dim))

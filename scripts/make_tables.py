@@ -14,6 +14,10 @@ A chapter asks for a table with a marker pair; everything between them is replac
     <!-- table: csv FILE.csv [ids=...] [cols=0,2,5] -->  a summary CSV (first column the id) as is
     <!-- table: ablation FILE[,FILE...] d=64 [ids=...] -->
         each variant's speed-up over the variant it is compared with, per N, causal and not
+    <!-- table: crosscheck FILE [ids=20/x,21/y] -->
+        scripts/peers.py's file with the ladder's rows (--ladder-lib): per shape, PyTorch's cuDNN
+        backend, the ladder's cuDNN row and each ladder variant in TFLOP/s, with its ratio to
+        PyTorch's cuDNN (one process, one timing method)
 
 A table whose file does not exist yet (a round still to come) reads "not measured yet".
 
@@ -290,6 +294,44 @@ def ablation_table(spec):
     return "\n".join(out) + "\n"
 
 
+def crosscheck_table(spec):
+    data = load(spec["file"])
+    rows = [r for r in data["rows"] if r.get("kind") == "attention"]
+    ids = [x for x in spec.get("ids", "").split(",") if x]
+    shapes = []
+    for r in rows:
+        key = (r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"])
+        if key not in shapes:
+            shapes.append(key)
+    by = {(r["name"], r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"]): r for r in rows}
+    dtype = next((r.get("dtype") for r in rows if r.get("dtype")), "fp16")
+    head = "| B | H | N | D | mask | PyTorch cuDNN | ladder's cuDNN |" + "".join(f" {i} | × cuDNN |" for i in ids)
+    out = [f"TFLOP/s in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
+           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend.\n",
+           head, "|" + "---|" * (7 + 2 * len(ids))]
+    def tf(name, key):
+        r = by.get((name,) + key)
+        return r.get("tflops") if r else None
+    for key in shapes:
+        b, h, n, d, causal = key
+        ref = tf("sdpa-cudnn", key)
+        ours_cudnn = tf("ladder:99/cudnn", key)
+        cells = [str(b), str(h), str(n), str(d), "causal" if causal else "none",
+                 f"{ref:.1f}" if ref else "—", f"{ours_cudnn:.1f}" if ours_cudnn else "—"]
+        for i in ids:
+            t = tf("ladder:" + i, key)
+            cells += [f"{t:.1f}" if t else "—", f"{t / ref:.2f}×" if t and ref else "—"]
+        out.append("| " + " | ".join(cells) + " |")
+    p = data["provenance"]
+    g = p["gpu"]
+    out.append("")
+    out.append(f"*{g.get('name', '?')}, driver {g.get('driver_version', '?')}, PyTorch {g.get('torch', '?')}, "
+               f"cuDNN {g.get('cudnn', '?')}, SM clock {g.get('sm_clock_mhz', '?')} MHz at start; commit "
+               f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `scripts/peers.py --grid part4 "
+               f"--ladder-lib … --ladder-variants …` (`docs/{spec['file']}`).*")
+    return "\n".join(out) + "\n"
+
+
 def missing_files(spec):
     """The files a table needs that do not exist yet (a round still to come)."""
     files = spec["file"].split(",") + ([spec["peers"]] if "peers" in spec else [])
@@ -307,7 +349,7 @@ def render(spec_text):
         return ("*Not measured yet: " + ", ".join(f"`docs/{f}`" for f in missing)
                 + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
-              "csv": csv_table, "ablation": ablation_table}
+              "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table}
     return tables[spec["type"]](spec)
 
 

@@ -140,6 +140,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return w;
   };
 
+  // The CTA's r-th tile: step 20's snake walk, right to left in odd rows when causal (balances
+  // the heaviest-first tiles across CTAs), the row walk without a mask.
+  auto tile_of = [&](int r) {
+    const int g = int(gridDim.x), c = int(blockIdx.x);
+    return (kCausal && (r & 1)) ? r * g + (g - 1 - c) : r * g + c;
+  };
+
   // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
   // other threads and to the copy engine before anyone uses them.
   if (tid == 0) {
@@ -162,8 +169,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
     if (tid == 0) {
       int it = 0;  // ring position: the CTA's it-th block uses stage it % kStages
-      int local = 0;
-      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++local) {
+      for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
         const Work w = work_of(tile);
         auto load_kv = [&](int i) {
           const int stage = it % T::kStages;
@@ -254,8 +260,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   };
 
   int it = 0;  // ring position, as in the producer
-  int local = 0;
-  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++local) {
+  for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
     const Work w = work_of(tile);
     const int row0 = w.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
@@ -321,7 +326,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_fence();
     issue_pv(last_stage);
     hopper::wgmma_commit();
-    if (consumer != kLast || tile + int(gridDim.x) < n_tiles) pass_turn();
+    if (consumer != kLast || tile_of(local + 1) < n_tiles) pass_turn();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_o);
     release(last_stage);
@@ -391,7 +396,7 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
 // suffice; kStages64 is the ring depth. D = 128: O alone is 64 registers a thread and three
 // consumers do not fit in 160, so the step is step 20 there. Tile<128, 3, Element, 2> is step 20's
 // tile, and this file compiles it to step 20's instructions; but a row the ladder leaves out as
-// "the same kernel as 20/persistent_3stage" must launch exactly that kernel (a CPU test checks the
+// "the same kernel as 20/persistent_snake" must launch exactly that kernel (a CPU test checks the
 // function pointers), so at D = 128 the variant hands the problem to step 20's registered variant.
 template <int kStages64, class Element>
 using Tile64 = Tile<64, kStages64, Element, 3>;
@@ -400,7 +405,7 @@ const ladder::Variant* step20_variant() {  // null where step 20 is not linked i
   const ladder::Step* step = ladder::Registry::instance().find(20);
   if (step)
     for (const auto& v : step->variants)
-      if (v.name == "persistent_3stage") return &v;
+      if (v.name == "persistent_snake") return &v;
   return nullptr;
 }
 
@@ -416,7 +421,7 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   if (a.shape.head_dim == 128) {
     const ladder::Variant* step20 = step20_variant();
     if (!step20)
-      throw std::logic_error("21/three_consumers at D=128 runs 20/persistent_3stage, which this "
+      throw std::logic_error("21/three_consumers at D=128 runs 20/persistent_snake, which this "
                              "executable does not contain");
     std::get<ladder::AttentionLaunch>(step20->launch)(a, stream);
     return;
@@ -451,7 +456,7 @@ ladder::Variant variant(const char* name, const char* description) {
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       // At D = 128 the step is step 20 (see Tile64): the same kernel, not measured twice.
-      .same_kernel_at(128, "20/persistent_3stage")
+      .same_kernel_at(128, "20/persistent_snake")
       .with_kernels([](int d) {
         if (d != 128) return kernels<kStages64>();
         const ladder::Variant* step20 = step20_variant();
@@ -460,8 +465,8 @@ ladder::Variant variant(const char* name, const char* description) {
 }
 
 LADDER_REGISTER_STEP(
-    ladder::attention_step(21, "three_consumers", "Three consumer warpgroups: a 192-row tile, GEMM turns in a round-robin (D = 64)", "20/persistent_3stage")
-        .add(variant<3>("three_consumers", "20/persistent_3stage with 3 consumer warpgroups at D=64 (192x128 tile, round-robin turns, setmaxnreg 32/160)"))
+    ladder::attention_step(21, "three_consumers", "Three consumer warpgroups: a 192-row tile, GEMM turns in a round-robin (D = 64)", "20/persistent_snake")
+        .add(variant<3>("three_consumers", "20/persistent_snake with 3 consumer warpgroups at D=64 (192x128 tile, round-robin turns, setmaxnreg 32/160)"))
         .add(variant<4>("three_consumers_4stage", "the same with a 4-stage K/V ring at D=64"))
         .main_is("three_consumers_4stage"));  // the fastest measured (docs/21_three_consumers.md)
 

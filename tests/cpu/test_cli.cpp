@@ -172,6 +172,36 @@ TEST_CASE("a variant left out as the same kernel as another launches exactly tha
       }
 }
 
+TEST_CASE("a variant left out on some problems shares a kernel with the variant it names",
+          "[registry]") {
+  // same_kernel_when may depend on the mask, which the kernel lists do not: the check is that
+  // the named variant's kernels include at least one of this variant's, so the claim "the same
+  // kernel" points at code that is really shared.
+  for (const auto& step : Registry::instance().steps())
+    for (const auto& v : step.variants) {
+      if (!v.constraints.same_kernel_when) continue;
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          const AttentionShape shape{.batch = 1, .heads = 1, .seqlen = 1000, .head_dim = d, .causal = causal};
+          const auto id = v.constraints.same_kernel_when(shape);
+          if (!id) continue;
+          INFO(variant_id(step, v) << " on " << shape.to_string() << " names " << *id);
+          const Step* other_step = Registry::instance().find(std::stoi(id->substr(0, id->find('/'))));
+          REQUIRE(other_step);
+          const Variant* other = nullptr;
+          for (const auto& w : other_step->variants)
+            if (w.name == id->substr(id->find('/') + 1)) other = &w;
+          REQUIRE(other);
+          REQUIRE(v.kernels);
+          REQUIRE(other->kernels);
+          bool shared = false;
+          for (const auto& mine : v.kernels(d))
+            for (const auto& theirs : other->kernels(d)) shared = shared || mine.func == theirs.func;
+          CHECK(shared);
+        }
+    }
+}
+
 TEST_CASE("--list names every step and variant without touching CUDA", "[cli][registry]") {
   const std::string text = list_steps(Registry::instance(), -1);
   for (const auto& step : Registry::instance().steps())
