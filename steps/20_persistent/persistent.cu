@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // Taken left to right in every row, CTA 0 gets the first tile of each row — with the causal
   // heaviest-first order, the heaviest of every row, so it finishes last. A snake walk (right to
   // left in odd rows) gives each CTA the heavy end of one row and the light end of the next.
-  // Without a mask every tile weighs the same and the row walk is kept (round 4 measured the
-  // snake 1-5% slower there: a different interleaving of heads in L2).
+  // Without a mask every tile weighs the same and there is nothing to balance: the row walk is
+  // kept, and the snake variant launches the row walk's kernel there.
   auto tile_of = [&](int r) {
     const int g = int(gridDim.x), c = int(blockIdx.x);
     return (T::kSnake && kCausal && (r & 1)) ? r * g + (g - 1 - c) : r * g + c;
