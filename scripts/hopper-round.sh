@@ -127,7 +127,7 @@ fi
 
 if has ladder; then
   declare -A step_variants=([16]="wgmma" [17]="tma" [18]="ws" [19]="overlap pingpong pingpong_3stage"
-                           [20]="persistent persistent_3stage persistent_snake" [21]="three_consumers three_consumers_4stage")
+                           [20]="persistent persistent_3stage persistent_snake persistent_dynamic" [21]="three_consumers three_consumers_4stage")
   variants=(--variant 06/h200)
   for s in "${steps[@]}"; do for v in ${step_variants[$s]}; do variants+=(--variant "$s/$v"); done; done
   common=(--track attention --steps "6,$(IFS=,; echo "${steps[*]}")" "${variants[@]}" --ref-rows 256

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/part4-round.sh OUT}
 export LADDER_HOPPER_STEPS="${LADDER_HOPPER_STEPS:-16 17 18 19 20 21}"
 export LADDER_TEST_STEPS="${LADDER_TEST_STEPS:-16 17 18 19 20 21 99}"
-export LADDER_CROSSCHECK_IDS="${LADDER_CROSSCHECK_IDS:-20/persistent_3stage 20/persistent_snake 21/three_consumers_4stage 99/cudnn}"
+export LADDER_CROSSCHECK_IDS="${LADDER_CROSSCHECK_IDS:-20/persistent_3stage 20/persistent_snake 20/persistent_dynamic 21/three_consumers_4stage 99/cudnn}"
 scripts/hopper-round.sh "$out/fp16" build test sanitize ladder crosscheck >"$out/fp16.log" 2>&1
 echo "fp16 round: rc=$?"
 LADDER_DTYPE=bf16 scripts/hopper-round.sh "$out/bf16" build ladder crosscheck >"$out/bf16.log" 2>&1

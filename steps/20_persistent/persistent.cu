@@ -30,6 +30,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <functional>
 #include <optional>
 #include <cstdint>
 #include <vector>
@@ -55,10 +57,14 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_, int kStages_, class Element_ = __half, bool kSnake_ = false>
+template <int kHeadDim_, int kStages_, class Element_ = __half, bool kSnake_ = false,
+          bool kDynamic_ = false>
 struct Tile {
   using Element = Element_;  // __half or __nv_bfloat16
   static constexpr bool kSnake = kSnake_;  // causal: the CTAs walk the tile list as a snake (tile_of)
+  // causal: each CTA takes its next tile from a counter in global memory, and the list is ordered
+  // for L2 (heaviest first within windows of heads) instead of for a static balance
+  static constexpr bool kDynamic = kDynamic_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
   static constexpr int kThreads = (1 + kWarpgroups) * kWarpgroupThreads;  // + the producer
@@ -69,7 +75,9 @@ struct Tile {
   static constexpr int kStages = kStages_;          // K/V ring depth
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
-  static constexpr std::size_t kBarrierBytes = (2 + 2 * kStages) * sizeof(std::uint64_t);
+  // q_full, q_empty, kStages × (kv_full, kv_empty), and one 8-byte slot for the tile index the
+  // dynamic scheduler's producer hands to the consumers
+  static constexpr std::size_t kBarrierBytes = (3 + 2 * kStages) * sizeof(std::uint64_t);
   // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
   static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
@@ -86,7 +94,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_o, int bh_count, int n,
-                      float scale_log2) {
+                      float scale_log2, int* tile_counter, int heads_per_window) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -100,6 +108,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   std::uint64_t* q_empty = q_full + 1;             // both consumers are done with the Q buffer
   std::uint64_t* kv_full = q_empty + 1;            // [kStages]: the copies have landed
   std::uint64_t* kv_empty = kv_full + T::kStages;  // [kStages]: the consumers are done with it
+  volatile int* tile_slot = reinterpret_cast<volatile int*>(kv_empty + T::kStages);  // dynamic only
 
   const int tid = threadIdx.x;
   const int warpgroup = tid / kWarpgroupThreads;
@@ -119,7 +128,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto work_of = [&](int tile) {
     Work w;
     int m_block;
-    if constexpr (kCausal) {
+    if constexpr (kCausal && T::kDynamic) {
+      // Windows of W heads, heaviest query block first inside each: the CTAs running together
+      // share a few heads' K and V in L2; the counter balances whatever the order.
+      const int per_window = heads_per_window * m_blocks;
+      const int full_windows = bh_count / heads_per_window;
+      const bool in_full = tile < full_windows * per_window;
+      const int window = in_full ? tile / per_window : full_windows;
+      const int j = in_full ? tile % per_window : tile - full_windows * per_window;
+      const int width = in_full ? heads_per_window : bh_count - full_windows * heads_per_window;
+      m_block = m_blocks - 1 - j / width;
+      w.bh = window * heads_per_window + j % width;
+    } else if constexpr (kCausal) {
       m_block = m_blocks - 1 - tile / bh_count;  // heaviest first
       w.bh = tile % bh_count;
     } else {
@@ -145,6 +165,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const int g = int(gridDim.x), c = int(blockIdx.x);
     return (T::kSnake && kCausal && (r & 1)) ? r * g + (g - 1 - c) : r * g + c;
   };
+  // The dynamic scheduler (causal only: equal tiles need no balancing) replaces tile_of after
+  // each CTA's first tile.
+  constexpr bool kCounter = T::kDynamic && kCausal;
 
   // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
   // other threads and to the copy engine before anyone uses them.
@@ -168,7 +191,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
     if (tid == 0) {
       int it = 0;  // ring position: the CTA's it-th block uses stage it % kStages
-      for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
+      int local = 0;  // the CTA's tile count: the phase of q_full and q_empty
+      // A static schedule's next tile is tile_of(local); the dynamic one's comes from the counter
+      // (its first is static too: blockIdx.x).
+      for (int tile = tile_of(0); tile < n_tiles; ++local) {
         const Work w = work_of(tile);
         auto load_kv = [&](int i) {
           const int stage = it % T::kStages;
@@ -186,9 +212,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         int i = 0;
         for (; i < ahead; ++i) load_kv(i);
         hopper::mbarrier_wait(q_empty, (local & 1) ^ 1);
+        // The dynamic schedule's consumers read the tile from the slot once q_full completes (the
+        // arrive releases the store, their wait acquires it). They read it at the start of a tile
+        // and release the Q buffer at its end, so past the q_empty wait nobody needs the old value.
+        if constexpr (kCounter) *tile_slot = tile;
         hopper::mbarrier_arrive_expect_tx(q_full, T::kQBytes);
         hopper::tma_load_tile(s_q, &tm_q, q_full, w.q_start, w.bh);
+        // The next tile, fetched now so that the counter's round trip hides under the loads.
+        if constexpr (kCounter) tile = int(gridDim.x) + atomicAdd(tile_counter, 1);
+        else tile = tile_of(local + 1);
         for (; i < w.n_blocks; ++i) load_kv(i);
+      }
+      if constexpr (kCounter) {
+        // No tile left: one more q_full phase, with no copy, carries "stop" (-1) to the consumers.
+        hopper::mbarrier_wait(q_empty, (local & 1) ^ 1);
+        *tile_slot = -1;
+        hopper::mbarrier_arrive(q_full);
       }
     }
     return;  // nothing after the split waits for the producer's threads
@@ -246,7 +285,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   };
 
   int it = 0;  // ring position, as in the producer
-  for (int local = 0, tile = tile_of(0); tile < n_tiles; tile = tile_of(++local)) {
+  // The consumers' local-th tile, or -1 when there is none: a static schedule computes it, the
+  // dynamic one reads what the producer put in the slot once q_full has completed.
+  auto consumer_tile = [&](int local) -> int {
+    if constexpr (kCounter) {
+      hopper::mbarrier_wait(q_full, local & 1);
+      return *tile_slot;
+    } else {
+      const int tile = tile_of(local);
+      return tile < n_tiles ? tile : -1;
+    }
+  };
+  for (int local = 0, tile = consumer_tile(0); tile >= 0; tile = consumer_tile(++local)) {
     const Work w = work_of(tile);
     const int row0 = w.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
@@ -265,7 +315,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::online_softmax<T::kBlockN>(s, row_max, row_sum, scale_log2, rescale);
     };
 
-    hopper::mbarrier_wait(q_full, local & 1);
+    if constexpr (!kCounter) hopper::mbarrier_wait(q_full, local & 1);
 
     // Block 0 (in processing order): S_0 alone. O is still zero, so its rescale is moot.
     hopper::mbarrier_wait(&kv_full[it % T::kStages], (it / T::kStages) & 1);
@@ -311,7 +361,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_fence();
     issue_pv(last_stage);
     hopper::wgmma_commit();
-    if (consumer == 0 || tile_of(local + 1) < n_tiles) pass_turn();
+    // (The dynamic schedule cannot know whether another tile follows: consumer 1 always passes,
+    // and consumer 0 takes that last turn after the loop.)
+    if (consumer == 0 || kCounter || tile_of(local + 1) < n_tiles) pass_turn();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_o);
     release(last_stage);
@@ -334,6 +386,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::mbarrier_arrive(q_empty);
     }
   }
+  if constexpr (kCounter) {
+    if (consumer == 0) wait_turn();
+  }
   if (store_thread) hopper::tma_store_wait_all();
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never reached (the variant refuses), never silent
@@ -347,6 +402,14 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+std::size_t l2_bytes() {
+  int device = 0;
+  int bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return std::size_t(bytes);
 }
 
 template <class T, bool kCausal>
@@ -366,37 +429,52 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   static const int sms = sm_count();  // one CTA per SM (the kernel fills one SM on its own)
   const std::int64_t tiles = std::int64_t(bh) * ceil_div(sh.seqlen, T::kBlockM);
   const int grid = int(std::min<std::int64_t>(tiles, sms));
+  int* tile_counter = nullptr;
+  int heads_per_window = 1;
+  if constexpr (T::kDynamic && kCausal) {
+    // The counter starts at 0 for every launch (one memset, recorded in the chapter's timing).
+    tile_counter = static_cast<int*>(args.workspace);
+    if (tile_counter == nullptr)
+      throw std::logic_error("persistent_dynamic runs without its workspace (the tile counter)");
+    CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
+    // As many heads per window as have K and V fitting in half of the L2.
+    static const std::size_t l2 = l2_bytes();
+    const std::size_t kv_bytes = 2 * std::size_t(sh.seqlen) * kHeadDim * sizeof(typename T::Element);
+    heads_per_window = int(std::clamp<std::size_t>(l2 / 2 / kv_bytes, 1, std::size_t(bh)));
+  }
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, bh, sh.seqlen,
-                                                       args.softmax_scale * ladder::kLog2e);
+                                                       args.softmax_scale * ladder::kLog2e,
+                                                       tile_counter, heads_per_window);
   CUDA_CHECK_LAUNCH("persistent_kernel");
 }
 
-template <int kStages, bool kSnake, class Element>
+template <int kStages, bool kSnake, bool kDynamic, class Element>
 void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    // Without a mask the snake changes nothing: the row walk's kernel is launched.
-    if (a.shape.causal) launch_tile<Tile<kHeadDim, kStages, Element, kSnake>, true>(a, stream);
-    else launch_tile<Tile<kHeadDim, kStages, Element, false>, false>(a, stream);
+    // Without a mask the schedules change nothing: the row walk's kernel is launched.
+    using T = Tile<kHeadDim, kStages, Element, kSnake, kDynamic>;
+    if (a.shape.causal) launch_tile<T, true>(a, stream);
+    else launch_tile<Tile<kHeadDim, kStages, Element>, false>(a, stream);
   });
 }
 
-template <int kStages, bool kSnake>
+template <int kStages, bool kSnake, bool kDynamic>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, kSnake, __nv_bfloat16>(a, stream);
-  else launch_element<kStages, kSnake, __half>(a, stream);
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, kSnake, kDynamic, __nv_bfloat16>(a, stream);
+  else launch_element<kStages, kSnake, kDynamic, __half>(a, stream);
 }
 
-template <int kHeadDim, int kStages, bool kSnake>
+template <int kHeadDim, int kStages, bool kSnake, bool kDynamic>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using Row = Tile<kHeadDim, kStages, Element, false>;  // the row walk (every non-causal kernel)
-    using T = Tile<kHeadDim, kStages, Element, kSnake>;
+    using Row = Tile<kHeadDim, kStages, Element>;  // the row walk (every non-causal kernel)
+    using T = Tile<kHeadDim, kStages, Element, kSnake, kDynamic>;
     const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
                                         T::kBlockM, T::kBlockN, T::kStages, type);
     const auto causal_name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s%s> causal",
                                                kHeadDim, T::kBlockM, T::kBlockN, T::kStages,
-                                               kSnake ? ",snake" : "", type);
+                                               kSnake ? ",snake" : kDynamic ? ",dynamic" : "", type);
     out.push_back(ladder::kernel(name, persistent_kernel<Row, false>, T::kThreads, T::kSmemBytes));
     out.push_back(ladder::kernel(causal_name, persistent_kernel<T, true>, T::kThreads, T::kSmemBytes));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
@@ -406,16 +484,21 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
-template <int kStages, bool kSnake = false>
+template <int kStages, bool kSnake = false, bool kDynamic = false>
 ladder::Variant variant(const char* name, const char* description) {
-  return ladder::attention_variant(name, description, launch<kStages, kSnake>)
-      .needs_sm(90)
-      .for_head_dims({64, 128})
-      .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
-      .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .with_kernels([](int d) {
-        return d == 128 ? kernels<128, kStages, kSnake>() : kernels<64, kStages, kSnake>();
-      });
+  auto v = ladder::attention_variant(name, description, launch<kStages, kSnake, kDynamic>)
+               .needs_sm(90)
+               .for_head_dims({64, 128})
+               .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
+               .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
+               .with_kernels([](int d) {
+                 return d == 128 ? kernels<128, kStages, kSnake, kDynamic>()
+                                 : kernels<64, kStages, kSnake, kDynamic>();
+               });
+  if (kDynamic)  // the tile counter
+    v.with_workspace(std::function<std::size_t(const ladder::AttentionShape&)>(
+        [](const ladder::AttentionShape&) { return sizeof(int); }));
+  return v;
 }
 
 LADDER_REGISTER_STEP(
@@ -423,6 +506,12 @@ LADDER_REGISTER_STEP(
         .add(variant<2>("persistent", "19/pingpong on a persistent grid (static scheduler, ring across tiles), O by TMA store"))
         .add(variant<3>("persistent_3stage", "the same with a 3-stage K/V ring").compared_with("19/pingpong_3stage"))
         .add(variant<3, true>("persistent_snake", "the 3-stage kernel with the CTAs walking the causal tile list as a snake")
+                 .same_kernel_when([](const ladder::AttentionShape& s) -> std::optional<std::string> {
+                   if (!s.causal) return "20/persistent_3stage";  // no mask: the row walk's kernel
+                   return std::nullopt;
+                 }))
+        .add(variant<3, false, true>("persistent_dynamic", "the 3-stage kernel with a dynamic causal scheduler (a tile counter) over an L2-friendly order (heaviest first within windows of heads)")
+                 .compared_with("20/persistent_snake")
                  .same_kernel_when([](const ladder::AttentionShape& s) -> std::optional<std::string> {
                    if (!s.causal) return "20/persistent_3stage";  // no mask: the row walk's kernel
                    return std::nullopt;
