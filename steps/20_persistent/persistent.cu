@@ -56,6 +56,7 @@ namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
+constexpr int kMaxCtas = 1024;  // the dynamic scheduler's slots (one CTA per SM: 132 on an H200)
 
 template <int kHeadDim_, int kStages_, class Element_ = __half, bool kSnake_ = false,
           bool kDynamic_ = false>
@@ -75,9 +76,7 @@ struct Tile {
   static constexpr int kStages = kStages_;          // K/V ring depth
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
-  // q_full, q_empty, kStages × (kv_full, kv_empty), and one 8-byte slot for the tile index the
-  // dynamic scheduler's producer hands to the consumers
-  static constexpr std::size_t kBarrierBytes = (3 + 2 * kStages) * sizeof(std::uint64_t);
+  static constexpr std::size_t kBarrierBytes = (2 + 2 * kStages) * sizeof(std::uint64_t);
   // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
   static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
@@ -108,7 +107,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   std::uint64_t* q_empty = q_full + 1;             // both consumers are done with the Q buffer
   std::uint64_t* kv_full = q_empty + 1;            // [kStages]: the copies have landed
   std::uint64_t* kv_empty = kv_full + T::kStages;  // [kStages]: the consumers are done with it
-  volatile int* tile_slot = reinterpret_cast<volatile int*>(kv_empty + T::kStages);  // dynamic only
+  // The dynamic scheduler's slot: where the producer leaves the tile index for the consumers. It
+  // is this CTA's word of the workspace, after the counter. The handoff is ordered by q_full
+  // (arrive = release, wait = acquire) wherever the word lives; it lives in global memory because
+  // compute-sanitizer's racecheck does not model that ordering for ordinary shared-memory accesses
+  // and would report every handoff as a race.
+  volatile int* tile_slot = T::kDynamic ? tile_counter + 1 + blockIdx.x : nullptr;
 
   const int tid = threadIdx.x;
   const int warpgroup = tid / kWarpgroupThreads;
@@ -432,7 +436,9 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   int* tile_counter = nullptr;
   int heads_per_window = 1;
   if constexpr (T::kDynamic && kCausal) {
-    // The counter starts at 0 for every launch (one memset, recorded in the chapter's timing).
+    // The counter starts at 0 for every launch (one memset, inside the timed interval); the
+    // CTAs' slots follow it (kMaxCtas words).
+    if (grid > kMaxCtas) throw std::logic_error("persistent_dynamic: more CTAs than its workspace has slots");
     tile_counter = static_cast<int*>(args.workspace);
     if (tile_counter == nullptr)
       throw std::logic_error("persistent_dynamic runs without its workspace (the tile counter)");
@@ -495,9 +501,9 @@ ladder::Variant variant(const char* name, const char* description) {
                  return d == 128 ? kernels<128, kStages, kSnake, kDynamic>()
                                  : kernels<64, kStages, kSnake, kDynamic>();
                });
-  if (kDynamic)  // the tile counter
+  if (kDynamic)  // the tile counter and one slot per CTA
     v.with_workspace(std::function<std::size_t(const ladder::AttentionShape&)>(
-        [](const ladder::AttentionShape&) { return sizeof(int); }));
+        [](const ladder::AttentionShape&) { return (1 + kMaxCtas) * sizeof(int); }));
   return v;
 }
 
