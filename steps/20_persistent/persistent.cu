@@ -133,26 +133,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Work w;
     int m_block;
     if constexpr (kCausal && T::kDynamic) {
-      // First the heavy half of every head's query blocks, in windows of W heads (heaviest first
-      // inside each window): the CTAs running together share a few heads' K and V in L2, and this
-      // part is three quarters of the work. Then the light halves of all heads, heaviest first,
-      // so that the list ends with its lightest tiles and the counter can balance the end (round
-      // 7's windows over whole heads handed out a last window's heaviest tiles at the end).
-      const int heavy_blocks = m_blocks - m_blocks / 2;  // query blocks m_blocks/2 .. m_blocks-1
-      const int heavy_tiles = heavy_blocks * bh_count;
-      if (tile < heavy_tiles) {
-        const int per_window = heads_per_window * heavy_blocks;
-        const int full_windows = bh_count / heads_per_window;
-        const bool in_full = tile < full_windows * per_window;
-        const int window = in_full ? tile / per_window : full_windows;
-        const int j = in_full ? tile % per_window : tile - full_windows * per_window;
-        const int width = in_full ? heads_per_window : bh_count - full_windows * heads_per_window;
-        m_block = m_blocks - 1 - j / width;
-        w.bh = window * heads_per_window + j % width;
-      } else {
-        m_block = m_blocks / 2 - 1 - (tile - heavy_tiles) / bh_count;
-        w.bh = (tile - heavy_tiles) % bh_count;
-      }
+      // Windows of W heads, heaviest query block first inside each: the CTAs running together
+      // share a few heads' K and V in L2; the counter balances whatever the order.
+      const int per_window = heads_per_window * m_blocks;
+      const int full_windows = bh_count / heads_per_window;
+      const bool in_full = tile < full_windows * per_window;
+      const int window = in_full ? tile / per_window : full_windows;
+      const int j = in_full ? tile % per_window : tile - full_windows * per_window;
+      const int width = in_full ? heads_per_window : bh_count - full_windows * heads_per_window;
+      m_block = m_blocks - 1 - j / width;
+      w.bh = window * heads_per_window + j % width;
     } else if constexpr (kCausal) {
       m_block = m_blocks - 1 - tile / bh_count;  // heaviest first
       w.bh = tile % bh_count;
