@@ -250,15 +250,24 @@ def ablation_table(spec):
     runs = [r for r in runs if r["shape"]["head_dim"] == d]
     runs.sort(key=lambda r: (r["shape"]["causal"], r["shape"]["seqlen"]))
     ids, duplicates, baseline_of = [], {}, {}
+    seen, dup_runs = {}, {}  # id -> runs it appears in, runs where it is another row's kernel
     for r in runs:
         for row in r["rows"]:
             if not keep(row["id"], prefixes) or row.get("peer") or row.get("ceiling"):
                 continue
+            seen[row["id"]] = seen.get(row["id"], 0) + 1
             if row.get("duplicate_of"):
-                duplicates[row["id"]] = row["duplicate_of"]
-            elif row["id"] not in ids:
+                dup_runs[row["id"]] = dup_runs.get(row["id"], 0) + 1
+                duplicates.setdefault(row["id"], row["duplicate_of"])
+                continue
+            if row["id"] not in ids:
                 ids.append(row["id"])
-                baseline_of[row["id"]] = row.get("baseline", "")
+            bases = baseline_of.setdefault(row["id"], [])
+            if row.get("baseline", "") not in bases:
+                bases.append(row.get("baseline", ""))
+    # Left out everywhere: named under the table. Left out on some problems only (a variant that
+    # changes only the causal schedule): a row whose cells there say which kernel they would time.
+    everywhere = {k: v for k, v in duplicates.items() if dup_runs[k] == seen[k]}
     head = " | ".join(f"{'causal' if r['shape']['causal'] else 'non-causal'} N={r['shape']['seqlen']}" for r in runs)
     out = [f"Speed-up over the compared variant (\"same\": within the noise of the rounds), D={d}.\n",
            f"| variant | vs | {head} |", "|---|---|" + "---|" * len(runs)]
@@ -268,27 +277,30 @@ def ablation_table(spec):
         for r in runs:
             rows = {x["id"]: x for x in r["rows"]}
             row = rows.get(i)
-            if row is None or "median_ms" not in row:
+            if row is not None and row.get("duplicate_of"):
+                cells.append(f"= {row['duplicate_of']}")
+            elif row is None or "median_ms" not in row:
                 cells.append("—" if row is None else row["status"])
             elif "speedup_vs_baseline" in row:
                 cells.append("same" if row.get("same_speed_as_baseline") else f"{row['speedup_vs_baseline']:.2f}×")
             else:
-                base = rows.get(duplicates.get(baseline_of[i], ""))
+                base = rows.get(duplicates.get(baseline_of[i][0], ""))
                 if base is not None and "median_ms" in base:
                     cells.append(f"{base['median_ms'] / row['median_ms']:.2f}×†")
                     dagger = True
                 else:
                     cells.append("")
-        vs = baseline_of[i]
-        if vs in duplicates:
-            vs += f" (= {duplicates[vs]})"
+        vs = " or ".join(b + (f" (= {everywhere[b]})" if b in everywhere else "") for b in baseline_of[i])
         out.append(f"| {i} | {vs} | " + " | ".join(cells) + " |")
     out.append("")
     if dagger:
         out.append("† against the kernel the compared variant duplicates at this D: the ratio of medians, without the noise test.\n")
-    if duplicates:
+    if everywhere:
         out.append(f"Not listed at D={d} (the same kernel as another row): "
-                   + ", ".join(f"{k} = {v}" for k, v in duplicates.items()) + ".\n")
+                   + ", ".join(f"{k} = {v}" for k, v in everywhere.items()) + ".\n")
+    if any(k not in everywhere for k in duplicates):
+        out.append("A cell \"= id\": on that problem the variant launches that row's kernel, so it is "
+                   "not timed twice.\n")
     if runs:
         out.append(provenance_line(load(spec["file"].split(",")[0])))
     return "\n".join(out) + "\n"
