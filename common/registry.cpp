@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace ladder {
@@ -122,6 +123,16 @@ void Registry::add(Step step) {
 const Step* Registry::find(int number) const {
   for (const auto& s : steps_)
     if (s.number == number) return &s;
+  return nullptr;
+}
+
+const Variant* Registry::find_variant(const std::string& id) const {
+  const auto slash = id.find('/');
+  if (slash == std::string::npos) return nullptr;
+  const Step* step = find(std::atoi(id.substr(0, slash).c_str()));
+  if (!step) return nullptr;
+  for (const auto& v : step->variants)
+    if (v.name == id.substr(slash + 1)) return &v;
   return nullptr;
 }
 

@@ -255,6 +255,8 @@ class Registry {
   void add(Step step);
   const std::vector<Step>& steps() const { return steps_; }
   const Step* find(int number) const;
+  // The variant with id "06/x" (step number / variant name), or null.
+  const Variant* find_variant(const std::string& id) const;
 
  private:
   std::vector<Step> steps_;

@@ -100,22 +100,11 @@ std::string lesson_for_peers(std::span<const VariantRef> variants) {
   return lesson;
 }
 
-// The variant with id "06/x", or null.
-const Variant* find_variant(const std::string& id) {
-  const auto slash = id.find('/');
-  if (slash == std::string::npos) return nullptr;
-  const Step* step = Registry::instance().find(std::atoi(id.substr(0, slash).c_str()));
-  if (!step) return nullptr;
-  for (const auto& v : step->variants)
-    if (v.name == id.substr(slash + 1)) return &v;
-  return nullptr;
-}
-
 // A baseline that is left out for this shape (same_kernel_at, same_kernel_when) stands for the
 // variant whose kernel it is: compare with that one.
 std::string resolve_baseline(std::string id, const AttentionShape& shape) {
   for (int hop = 0; hop < 8; ++hop) {
-    const Variant* v = find_variant(id);
+    const Variant* v = Registry::instance().find_variant(id);
     if (!v) break;
     const auto other = v->constraints.duplicate_of(shape);
     if (!other) break;

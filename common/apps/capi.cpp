@@ -31,18 +31,12 @@ namespace {
 using ladder::AttentionShape;
 
 const ladder::Variant* find_variant(const std::string& id, std::string* why) {
-  const auto slash = id.find('/');
-  if (slash == std::string::npos) {
+  if (id.find('/') == std::string::npos) {
     *why = "variant ids look like 20/persistent_3stage, got \"" + id + "\"";
     return nullptr;
   }
-  const ladder::Step* step = ladder::Registry::instance().find(std::atoi(id.substr(0, slash).c_str()));
-  if (step)
-    for (const auto& v : step->variants)
-      if (v.name == id.substr(slash + 1)) {
-        if (!std::holds_alternative<ladder::AttentionLaunch>(v.launch)) break;
-        return &v;
-      }
+  const ladder::Variant* v = ladder::Registry::instance().find_variant(id);
+  if (v && std::holds_alternative<ladder::AttentionLaunch>(v->launch)) return v;
   *why = "no attention variant " + id + " in this library (see `ladder --list`)";
   return nullptr;
 }

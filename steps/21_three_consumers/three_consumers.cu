@@ -402,11 +402,7 @@ template <int kStages64, class Element>
 using Tile64 = Tile<64, kStages64, Element, 3>;
 
 const ladder::Variant* step20_variant() {  // null where step 20 is not linked in
-  const ladder::Step* step = ladder::Registry::instance().find(20);
-  if (step)
-    for (const auto& v : step->variants)
-      if (v.name == "persistent_snake") return &v;
-  return nullptr;
+  return ladder::Registry::instance().find_variant("20/persistent_snake");
 }
 
 template <int kStages64, class Element>
