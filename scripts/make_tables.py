@@ -17,7 +17,11 @@ A chapter asks for a table with a marker pair; everything between them is replac
     <!-- table: crosscheck FILE [ids=20/x,21/y] -->
         scripts/peers.py's file with the ladder's rows (--ladder-lib): per shape, PyTorch's cuDNN
         backend, the ladder's cuDNN row and each ladder variant in TFLOP/s, with its ratio to
-        PyTorch's cuDNN (one process, one timing method)
+        PyTorch's cuDNN (one process, one timing method); with FlashAttention-4 rows, its column
+        and each variant's ratio to it too
+    <!-- table: compare FILE [ids=20/,21/] -->
+        scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
+        pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
 
 A table whose file does not exist yet (a round still to come) reads "not measured yet".
 
@@ -306,41 +310,115 @@ def ablation_table(spec):
     return "\n".join(out) + "\n"
 
 
-def crosscheck_table(spec):
-    data = load(spec["file"])
+def _peer_rows(data):
     rows = [r for r in data["rows"] if r.get("kind") == "attention"]
-    ids = [x for x in spec.get("ids", "").split(",") if x]
     shapes = []
     for r in rows:
         key = (r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"])
         if key not in shapes:
             shapes.append(key)
-    by = {(r["name"], r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"]): r for r in rows}
+    by = {(r["name"],) + (r["batch"], r["heads"], r["seqlen"], r["head_dim"], r["causal"]): r for r in rows}
     dtype = next((r.get("dtype") for r in rows if r.get("dtype")), "fp16")
-    head = "| B | H | N | D | mask | PyTorch cuDNN | ladder's cuDNN |" + "".join(f" {i} | × cuDNN |" for i in ids)
-    out = [f"TFLOP/s in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
-           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend.\n",
-           head, "|" + "---|" * (7 + 2 * len(ids))]
-    def tf(name, key):
-        r = by.get((name,) + key)
-        return r.get("tflops") if r else None
-    for key in shapes:
-        b, h, n, d, causal = key
-        ref = tf("sdpa-cudnn", key)
-        ours_cudnn = tf("ladder:99/cudnn", key)
-        cells = [str(b), str(h), str(n), str(d), "causal" if causal else "none",
-                 f"{ref:.1f}" if ref else "—", f"{ours_cudnn:.1f}" if ours_cudnn else "—"]
-        for i in ids:
-            t = tf("ladder:" + i, key)
-            cells += [f"{t:.1f}" if t else "—", f"{t / ref:.2f}×" if t and ref else "—"]
-        out.append("| " + " | ".join(cells) + " |")
+    return rows, shapes, by, dtype
+
+
+def _tf(by, name, key):
+    """TFLOP/s of row `name` at `key`, or None; "FAIL" when its output check failed."""
+    r = by.get((name,) + key)
+    if not r or "tflops" not in r:
+        return None
+    return "FAIL" if r.get("output_check") == "FAIL" else r["tflops"]
+
+
+def _num(x):
+    return "—" if x is None else ("FAIL" if x == "FAIL" else f"{x:.1f}")
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}×" if isinstance(a, float) and isinstance(b, float) and b else "—"
+
+
+def _peers_footer(data, spec, command):
     p = data["provenance"]
     g = p["gpu"]
+    fa4 = p.get("fa4", {})
+    fa4_text = f", FlashAttention-4 {fa4['version']}" if fa4.get("version") else ""
+    return (f"*{g.get('name', '?')}, driver {g.get('driver_version', '?')}, PyTorch {g.get('torch', '?')}, "
+            f"cuDNN {g.get('cudnn', '?')}{fa4_text}, SM clock {g.get('sm_clock_mhz', '?')} MHz at start; commit "
+            f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `{command}` (`docs/{spec['file']}`).*")
+
+
+def crosscheck_table(spec):
+    data = load(spec["file"])
+    rows, shapes, by, dtype = _peer_rows(data)
+    ids = [x for x in spec.get("ids", "").split(",") if x]
+    fa4 = any(r["name"] == "fa4" and "tflops" in r for r in rows)
+    head = ("| B | H | N | D | mask | PyTorch cuDNN | ladder's cuDNN |" + (" FA4 | FA4 × cuDNN |" if fa4 else "")
+            + "".join(f" {i} | × cuDNN |" + (" × FA4 |" if fa4 else "") for i in ids))
+    ncols = 7 + (2 if fa4 else 0) + len(ids) * (3 if fa4 else 2)
+    out = [f"TFLOP/s in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
+           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
+           + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "") + ".\n",
+           head, "|" + "---|" * ncols]
+    for key in shapes:
+        b, h, n, d, causal = key
+        ref = _tf(by, "sdpa-cudnn", key)
+        f4 = _tf(by, "fa4", key)
+        cells = [str(b), str(h), str(n), str(d), "causal" if causal else "none", _num(ref),
+                 _num(_tf(by, "ladder:99/cudnn", key))]
+        if fa4:
+            cells += [_num(f4), _ratio(f4, ref)]
+        for i in ids:
+            t = _tf(by, "ladder:" + i, key)
+            cells += [_num(t), _ratio(t, ref)] + ([_ratio(t, f4)] if fa4 else [])
+        out.append("| " + " | ".join(cells) + " |")
     out.append("")
-    out.append(f"*{g.get('name', '?')}, driver {g.get('driver_version', '?')}, PyTorch {g.get('torch', '?')}, "
-               f"cuDNN {g.get('cudnn', '?')}, SM clock {g.get('sm_clock_mhz', '?')} MHz at start; commit "
-               f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `scripts/peers.py --grid part4 "
-               f"--ladder-lib … --ladder-variants …` (`docs/{spec['file']}`).*")
+    if any(r.get("output_check") == "FAIL" for r in rows):
+        out.append("FAIL: the row's output differed from PyTorch's cuDNN backend beyond the tolerance.\n")
+    out.append(_peers_footer(data, spec, "scripts/peers.py --grid part4 --ladder-lib … --ladder-variants …"))
+    return "\n".join(out) + "\n"
+
+
+def compare_table(spec):
+    """scripts/peers.py's file with two labelled libraries and --ladder-pairs: per pair (old → new)
+    and shape, new/old in TFLOP/s; ≈ when the three rounds' ratios do not all fall on one side of 1."""
+    data = load(spec["file"])
+    rows, shapes, by, dtype = _peer_rows(data)
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    pairs = [p for p in data.get("pairs", []) if keep(p["new"].split(":", 2)[-1], prefixes)]
+
+    def label(name):
+        return name.split(":", 2)[-1]
+    out = [f"new/old (TFLOP/s of the new variant / the old one) in {dtype}, both libraries loaded in one "
+           "process and timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three interleaved "
+           "rounds); ≈: the rounds disagree on the side of 1.\n",
+           "| old → new | " + " | ".join(f"{'causal' if c else 'none'} B={b} H={h} N={n} D={d}"
+                                      for b, h, n, d, c in shapes) + " |",
+           "|---|" + "---|" * len(shapes)]
+    noisy = False
+    for p in pairs:
+        cells = []
+        for key in shapes:
+            o, nw = by.get((p["old"],) + key), by.get((p["new"],) + key)
+            if not o or not nw or "tflops" not in o or "tflops" not in nw:
+                why = next((r.get("error", "") for r in (o, nw) if r and "tflops" not in r), "")
+                cells.append("—" + (f" ({why[:40]})" if why else ""))
+                continue
+            if "FAIL" in (o.get("output_check"), nw.get("output_check")):
+                cells.append("FAIL")
+                continue
+            ratio = nw["tflops"] / o["tflops"]
+            rounds = [a / b for a, b in zip(o.get("round_medians_ms", []), nw.get("round_medians_ms", []))]
+            mark = "≈" if rounds and min(rounds) < 1 < max(rounds) else ""
+            noisy = noisy or bool(mark)
+            cells.append(f"{ratio:.2f}×{mark} ({o['tflops']:.0f}→{nw['tflops']:.0f})")
+        out.append(f"| {label(p['old'])} → {label(p['new'])} | " + " | ".join(cells) + " |")
+    out.append("")
+    commits = data["provenance"].get("ladder_lib_commits", {})
+    if commits:
+        out.append("Libraries: " + ", ".join(f"{k} built from `{v}`" for k, v in commits.items()) + ".\n")
+    out.append(_peers_footer(data, spec, "scripts/peers.py --grid part4 --ladder-lib old=… --ladder-lib new=… "
+                                         "--ladder-pairs …"))
     return "\n".join(out) + "\n"
 
 
@@ -361,7 +439,8 @@ def render(spec_text):
         return ("*Not measured yet: " + ", ".join(f"`docs/{f}`" for f in missing)
                 + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
-              "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table}
+              "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table,
+              "compare": compare_table}
     return tables[spec["type"]](spec)
 
 

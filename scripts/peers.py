@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A cross-check of the ladder's peer rows: PyTorch's scaled_dot_product_attention with the
-FlashAttention-2, cuDNN and memory-efficient backends on the ladder's benchmark grids, timed the way
-the harness times its steps: warm-up, CUDA events around each repetition, the L2 flushed between
-repetitions, three interleaved rounds, median with p20/p80 of all samples. Writes JSON with provenance.
+FlashAttention-2, cuDNN and memory-efficient backends, and FlashAttention-4 (flash_attn.cute, where
+it is installed), on the ladder's benchmark grids, timed the way the harness times its steps:
+warm-up, CUDA events around each repetition, the L2 flushed between repetitions, three interleaved
+rounds, median with p20/p80 of all samples. Writes JSON with provenance.
 
 The ladder's own cuDNN row (step 99) and GEMM ceiling are the peers of record: they run in the
 ladder's process, on its inputs. This script is the independent check that they agree with what a
@@ -10,13 +11,21 @@ PyTorch user gets. Each call is captured once in a CUDA graph and the events bra
 replay, so Python's dispatch (13-17% of the time at small sizes when timed eagerly) stays out of the
 measurement; a backend that cannot be captured is timed eagerly and its row says so.
 
-    python3 scripts/peers.py --out peers.json [--quick] [--dtype bf16]
-        [--ladder-lib build/gpu/lib/libladder_capi.so --ladder-variants 20/persistent_3stage,99/cudnn]
+    python3 scripts/peers.py --out peers.json [--quick] [--dtype bf16] [--grid part4]
+        [--backends sdpa-cudnn,fa4]
+        [--ladder-lib build/round/lib/libladder_capi.so --ladder-variants 20/persistent,99/cudnn]
+        [--ladder-lib old=OLD.so --ladder-lib new=NEW.so --ladder-pairs old:20/persistent_snake>new:21/snake]
 
 With --ladder-lib, the ladder's own variants (through its C interface, common/apps/capi.cpp) are
 timed here too, beside PyTorch's backends, on the same tensors and with the same method: a ratio
-like "step 20 / PyTorch's cuDNN" then comes from one process and one way of timing. Their output is
-compared with PyTorch's default SDPA (max |difference| in the row) as a sanity check.
+like "step 20 / PyTorch's cuDNN" then comes from one process and one way of timing. Several
+libraries load side by side when labelled (LABEL=PATH; variants then LABEL:ID): each is loaded
+RTLD_LOCAL, so each keeps its own registry of steps (two builds of the ladder, old and new, timed in
+one run; --ladder-pairs OLD>NEW records which rows make_tables.py's compare table divides).
+
+Every row's output is compared with the reference (PyTorch's cuDNN backend, else its default SDPA):
+max |difference| relative to max |reference| above 2% (fp16) or 5% (bf16) marks the row FAIL and the
+script exits 1 after writing the file, so a wrong call (a layout, a mask) cannot pass silently.
 """
 import argparse
 import ctypes
@@ -25,21 +34,31 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    BACKENDS = {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
+except ImportError:  # the parts below that need no GPU (argument checks, CPU tests) still work
+    torch = None
+    BACKENDS = {}
 
-BACKENDS = {
-    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-}
+BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
+# max |out - reference| / max |reference| above this marks the row FAIL (a wrong layout or mask
+# gives O(1); two correct kernels differ by a few units of the last place).
+OUTPUT_TOLERANCE = {"fp16": 0.02, "bf16": 0.05}
 
 
 def grids(quick, grid="ladder"):
-    """(batch, heads, seqlen, head_dim, causal) in the order scripts/gpu-round.sh benchmarks them;
-    grid="part4": the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192,
-    both masks, and FlashAttention-3's ablation shape)."""
+    """(batch, heads, seqlen, head_dim, causal): grid="ladder", the ladder's benchmark grids;
+    "part4", the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192, both
+    masks, and FlashAttention-3's ablation shape B=4 H=16 N=8448 D=128); "series", Part III's
+    workload (B=1 H=64 N=1024 D=128) before the ladder's grids and B=4 H=8 N=16384 D=64."""
     if grid == "part4":
         shapes = [(4, 8, n, 64, c) for c in (False, True) for n in (4096, 8192)]
         shapes += [(16384 // n, 16, n, 128, c) for c in (False, True) for n in (4096, 8192)]
@@ -51,6 +70,9 @@ def grids(quick, grid="ladder"):
     for causal in (False, True):
         for n in (1024, 4096, 8192, 16384):
             shapes.append((16384 // n, 16, n, 128, causal))
+    if grid == "series":
+        return ([(1, 64, 1024, 128, c) for c in (False, True)] + shapes
+                + [(4, 8, 16384, 64, c) for c in (False, True)])
     return shapes[:2] if quick else shapes
 
 
@@ -127,29 +149,132 @@ def time_fn(fn, flush, warmup_ms=25.0, min_reps=5, max_reps=50, target_ms=100.0)
             "p80_ms": percentile(s, 0.8), "samples_ms": samples}
 
 
-def ladder_library(path):
-    """ladder_attention from the ladder's C interface (libladder_capi.so)."""
-    lib = ctypes.CDLL(path)
-    f = lib.ladder_attention
-    f.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6 + [ctypes.c_char_p, ctypes.c_int]
-    f.restype = ctypes.c_int
-    return f
+class LadderLibs:
+    """The ladder's C interfaces (libladder_capi.so), each loaded RTLD_LOCAL under a label.
+
+    dlopen returns one handle per file (same device and inode), so two labels of one file would
+    share one registry: that is refused. Within a process, a library loaded RTLD_LOCAL resolves its
+    own symbols (the step registry, Registry::instance) before any other local library's; the few
+    GNU-unique objects the libraries share (cuDNN frontend and CUB caches, the driver's
+    tensor-map entry point) hold the same values in both builds."""
+
+    def __init__(self, specs):
+        self.paths = parse_ladder_libs(specs)
+        self.fns = {}
+        for label, path in self.paths.items():
+            lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+            f = lib.ladder_attention
+            f.argtypes = ([ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 6
+                          + [ctypes.c_char_p, ctypes.c_int])
+            f.restype = ctypes.c_int
+            self.fns[label] = f
+
+    def call(self, label, variant, *args):
+        return self.fns[label](variant.encode(), *args)
 
 
-def ladder_call(f, variant, q, k, v, causal, bf16):
-    """A callable that runs `variant` on q, k, v into its own O (returned with it)."""
+def parse_ladder_libs(specs):
+    """--ladder-lib values, PATH or LABEL=PATH, as {label: path} ("" for the unlabelled one)."""
+    libs, files = {}, {}
+    for spec in specs or []:
+        label, sep, path = spec.partition("=")
+        if not sep:
+            label, path = "", spec
+        elif not label or not label.replace("_", "").replace("-", "").isalnum():
+            raise SystemExit(f"--ladder-lib {spec}: a label is letters, digits, - or _ (old=PATH)")
+        if label in libs:
+            raise SystemExit(f"--ladder-lib: the label '{label or '(none)'}' is given twice")
+        if not os.path.isfile(path):
+            raise SystemExit(f"--ladder-lib {spec}: no file {path}")
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) in files:
+            raise SystemExit(f"--ladder-lib {spec}: the same file as '{files[(st.st_dev, st.st_ino)]}'; "
+                             "dlopen would give both one handle and one registry: copy it first")
+        files[(st.st_dev, st.st_ino)] = label or path
+        libs[label] = os.path.abspath(path)
+    if "" in libs and len(libs) > 1:
+        raise SystemExit("--ladder-lib: with several libraries, label each (old=PATH new=PATH)")
+    return libs
+
+
+def parse_variant(spec, labels):
+    """'LABEL:NN/name' or 'NN/name' (the only library) as (label, 'NN/name')."""
+    label, sep, vid = spec.rpartition(":")
+    if not sep:
+        if len(labels) != 1:
+            raise SystemExit(f"variant {spec}: say which library (one of {', '.join(sorted(labels))}: LABEL:{spec})")
+        label, vid = next(iter(labels)), spec
+    if label not in labels:
+        raise SystemExit(f"variant {spec}: no --ladder-lib labelled '{label}'")
+    if "/" not in vid:
+        raise SystemExit(f"variant {spec}: ids look like 20/persistent")
+    return label, vid
+
+
+def row_name(label, vid):
+    return "ladder:" + (f"{label}:" if label else "") + vid
+
+
+def parse_pairs(text, labels):
+    """--ladder-pairs 'old:A>new:B,...' as [((label, id), (label, id))]."""
+    pairs = []
+    for item in [x for x in text.split(",") if x]:
+        old, sep, new = item.partition(">")
+        if not sep:
+            raise SystemExit(f"--ladder-pairs {item}: write OLD>NEW, e.g. old:20/persistent_snake>new:21/snake")
+        pairs.append((parse_variant(old, labels), parse_variant(new, labels)))
+    return pairs
+
+
+def ladder_call(libs, label, variant, q, k, v, causal, bf16):
+    """A callable that runs `variant` of library `label` on q, k, v into its own O (returned)."""
     o = torch.empty_like(q)
     bsz, heads, n, d = q.shape
     lse = torch.empty(bsz, heads, n, dtype=torch.float32, device=q.device)
     err = ctypes.create_string_buffer(1024)
 
     def call():
-        rc = f(variant.encode(), bsz, heads, n, d, int(causal), int(bf16), q.data_ptr(), k.data_ptr(),
-               v.data_ptr(), o.data_ptr(), lse.data_ptr(), torch.cuda.current_stream().cuda_stream,
-               err, len(err))
+        rc = libs.call(label, variant, bsz, heads, n, d, int(causal), int(bf16), q.data_ptr(), k.data_ptr(),
+                       v.data_ptr(), o.data_ptr(), lse.data_ptr(), torch.cuda.current_stream().cuda_stream,
+                       err, len(err))
         if rc:
             raise RuntimeError(err.value.decode())
     return call, o
+
+
+def load_fa4():
+    """FlashAttention-4's flash_attn_func and its version, or (None, why)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # not installed (scripts/round.sh's fa4 stage), or it fails to import
+        return None, f"flash_attn.cute not importable: {str(e).splitlines()[0][:200]}"
+    try:
+        import importlib.metadata
+        version = importlib.metadata.version("flash-attn-4")
+    except Exception:
+        version = "unknown"
+    return flash_attn_func, version
+
+
+def fa4_call(fa4, q, k, v, causal):
+    """FA4 on [B, N, H, D] contiguous copies of q, k, v; the callable, and O as [B, H, N, D] (a view
+    of the output of the call that was made last before it is read)."""
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    box = {}
+
+    def call():
+        res = fa4(qt, kt, vt, causal=causal)
+        box["out"] = res[0] if isinstance(res, (tuple, list)) else res
+        return box["out"]
+    return call, box
+
+
+def output_check(row, out, ref, dtype_name):
+    diff = float((out.float() - ref.float()).abs().max())
+    scale = float(ref.float().abs().max()) or 1.0
+    row["max_abs_diff"] = diff
+    row["rel_diff"] = diff / scale
+    row["output_check"] = "pass" if diff / scale <= OUTPUT_TOLERANCE[dtype_name] and diff == diff else "FAIL"
 
 
 def gpu_provenance():
@@ -169,22 +294,45 @@ def gpu_provenance():
     return info
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--grid", choices=("ladder", "part4"), default="ladder",
-                    help="the ladder's benchmark grid, or Part IV's target shapes")
-    ap.add_argument("--ladder-lib", help="libladder_capi.so: also time the ladder's variants here")
+    ap.add_argument("--grid", choices=("ladder", "part4", "series"), default="ladder",
+                    help="the ladder's benchmark grid, Part IV's target shapes, or Part III's series")
+    ap.add_argument("--backends", default=",".join(BACKEND_NAMES),
+                    help="comma-separated peers to time: " + ", ".join(BACKEND_NAMES)
+                    + " (fa4 only where flash_attn.cute imports)")
+    ap.add_argument("--ladder-lib", action="append", default=[],
+                    help="libladder_capi.so, or LABEL=PATH (repeatable): also time the ladder's variants here")
     ap.add_argument("--ladder-variants", default="",
-                    help="comma-separated variant ids for --ladder-lib (e.g. 20/persistent_3stage,99/cudnn)")
+                    help="comma-separated variant ids (LABEL:ID with labelled libraries), e.g. 20/persistent,99/cudnn")
+    ap.add_argument("--ladder-pairs", default="",
+                    help="comma-separated OLD>NEW pairs of labelled ids, e.g. old:20/persistent_snake>new:21/snake")
     ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                     help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    backends = [x for x in args.backends.split(",") if x]
+    for b in backends:
+        if b not in BACKEND_NAMES:
+            ap.error(f"--backends: unknown '{b}' (known: {', '.join(BACKEND_NAMES)})")
+    labels = parse_ladder_libs(args.ladder_lib)
+    variants = [parse_variant(x, labels) for x in args.ladder_variants.split(",") if x]
+    pairs = parse_pairs(args.ladder_pairs, labels)
+    for old, new in pairs:
+        variants += [x for x in (old, new) if x not in variants]
+    if variants and not labels:
+        ap.error("--ladder-variants and --ladder-pairs need --ladder-lib")
+    if torch is None or not torch.cuda.is_available():
+        print("peers.py: needs PyTorch with a CUDA GPU (torch " + ("not installed" if torch is None else
+              "finds no GPU") + ")", file=sys.stderr)
+        return 3
+    libs = LadderLibs(args.ladder_lib) if labels else None
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    ladder_fn = ladder_library(args.ladder_lib) if args.ladder_lib else None
-    ladder_variants = [x for x in args.ladder_variants.split(",") if x] if ladder_fn else []
+    fa4, fa4_version = load_fa4() if "fa4" in backends else (None, "not asked for")
+    if "fa4" in backends and fa4 is None:
+        print(f"fa4: skipped, {fa4_version}", flush=True)
 
     torch.manual_seed(args.seed)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -201,64 +349,100 @@ def main():
                  "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
     del a, b, c
 
+    failed = []
     for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
         q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
         flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
+        base = {"kind": "attention", "batch": bsz, "heads": heads, "seqlen": n, "head_dim": d,
+                "causal": causal, "dtype": args.dtype, "flops": flops}
+        # The reference every row's output is checked against: PyTorch's cuDNN backend, else its default.
+        ref_name = "sdpa-cudnn"
+        try:
+            with sdpa_kernel([BACKENDS["sdpa-cudnn"]]):
+                ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        except Exception:
+            ref_name = "sdpa-default"
+            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         shape_rows, fns = [], []
-        for name, backend in BACKENDS.items():
-            row = {"kind": "attention", "name": name, "batch": bsz, "heads": heads, "seqlen": n,
-                   "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
+        keep = []  # a graph replays into its outputs by address: they must outlive its timing
+
+        def add(name, make):
+            """make() -> (callable, function returning its O as [B, H, N, D])."""
+            row = {**base, "name": name}
             try:
-                def call(backend=backend):
-                    with sdpa_kernel([backend]):
-                        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                call()  # a backend that refuses the shape raises here
-                fn, row["timing_method"] = as_graph(call)
-                fns.append(fn)
-            except Exception as e:  # say why
-                row["error"] = str(e).splitlines()[0][:300]
-            shape_rows.append(row)
-        reference = None
-        keep = []  # a graph replays into O and the LSE by address: they must outlive its timing
-        for variant in ladder_variants:
-            row = {"kind": "attention", "name": "ladder:" + variant, "batch": bsz, "heads": heads,
-                   "seqlen": n, "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
-            try:
-                call, o = ladder_call(ladder_fn, variant, q, k, v, causal, args.dtype == "bf16")
+                call, output = make()
                 keep.append(call)
-                call()
-                if reference is None:
-                    reference = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                call()  # a peer that refuses the shape raises here; FA4 compiles here
                 torch.cuda.synchronize()
-                row["max_abs_diff_vs_sdpa"] = float((o.float() - reference.float()).abs().max())
+                if name != ref_name:
+                    row["reference"] = ref_name
+                    output_check(row, output(), ref, args.dtype)
                 fn, row["timing_method"] = as_graph(call)
                 fns.append(fn)
-            except Exception as e:  # the variant refuses this shape, or failed: say why
-                row["error"] = str(e).splitlines()[0][:300]
+            except Exception as e:  # refused or failed: say why
+                row["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             shape_rows.append(row)
+
+        for name in [b for b in backends if b in BACKENDS]:
+            def make(backend=BACKENDS[name]):
+                box = {}
+
+                def call():
+                    with sdpa_kernel([backend]):
+                        box["out"] = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return call, lambda: box["out"]
+            add(name, make)
+        if fa4 is not None:
+            def make_fa4():
+                call, box = fa4_call(fa4, q, k, v, causal)
+                return call, lambda: box["out"].transpose(1, 2)
+            add("fa4", make_fa4)
+        for label, vid in variants:
+            def make_ladder(label=label, vid=vid):
+                call, o = ladder_call(libs, label, vid, q, k, v, causal, args.dtype == "bf16")
+                return call, lambda: o
+            add(row_name(label, vid), make_ladder)
+
         timings = iter(time_rounds(fns, flush)) if fns else iter(())
         for row in shape_rows:
             if "error" not in row:
                 t = next(timings)
                 row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
             rows.append(row)
-            print(f"{row['name']:15s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
-                  + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']})" if "tflops" in row
+            if row.get("output_check") == "FAIL":
+                failed.append(row)
+            check = (f", max|Δ| vs {row['reference']} {row['max_abs_diff']:.2e} {row['output_check']}"
+                     if "output_check" in row else "")
+            print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
+                  + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
                      else row["error"]), flush=True)
-        del q, k, v
+        del q, k, v, ref, keep
 
-    result = {"schema": "attention-ladder/peers/1",
-              "provenance": {"gpu": gpu_provenance(),
-                             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                             "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
-                             "method": "each call captured in a CUDA graph (else eager, per row's "
-                                       "timing_method); CUDA events around one replay per repetition, "
-                                       "L2 flushed (2x L2 zeroed) between, 3 interleaved rounds (alternating direction) of "
-                                       ">=5 reps / 100 ms after >=25 ms warm-up; median of all samples"},
-              "rows": rows}
+    provenance = {"gpu": gpu_provenance(),
+                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
+                  "command_line": " ".join(["scripts/peers.py"] + (argv if argv is not None else sys.argv[1:])),
+                  "fa4": ({"version": fa4_version} if fa4 is not None else {"skipped": fa4_version}),
+                  "ladder_libs": libs.paths if libs else {},
+                  # LADDER_LIB_COMMITS="old=349da4a,new=..." (scripts/round.sh sets it): each library's commit
+                  "ladder_lib_commits": dict(x.split("=", 1) for x in
+                                             os.environ.get("LADDER_LIB_COMMITS", "").split(",") if "=" in x),
+                  "method": "each call captured in a CUDA graph (else eager, per row's "
+                            "timing_method); CUDA events around one replay per repetition, "
+                            "L2 flushed (2x L2 zeroed) between, 3 interleaved rounds (alternating direction) of "
+                            ">=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
+    result = {"schema": "attention-ladder/peers/1", "provenance": provenance, "rows": rows}
+    if pairs:
+        result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in pairs]
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
+    for row in failed:
+        print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
+              f"causal={row['causal']}: max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
+              f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[args.dtype]:.0f}%)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

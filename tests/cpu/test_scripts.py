@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""CPU checks of the round's scripts (no GPU, no PyTorch needed):
+  - scripts/round.sh: --help works; a bad stage, dtype, step range or a missing OUT exit 2 before
+    anything runs; the fa4 stage without .fa4/ is a no-op that says so
+  - scripts/peers.py: --ladder-lib labels and variant ids parse, and the mistakes are refused (one
+    file under two labels, a variant of an unknown library); two copies of libladder_capi.so load in
+    one process, each with its own registry (given the library's path as argv[1])
+  - scripts/make_tables.py: the crosscheck table with FlashAttention-4's column and ratios, a FAIL
+    row shown as FAIL, and the compare table's new/old ratios and its noise mark
+
+    python3 tests/cpu/test_scripts.py [build/h200/lib/libladder_capi.so]
+"""
+import ctypes
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_tables  # noqa: E402
+import peers  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def refused(fn, *args):
+    try:
+        fn(*args)
+    except SystemExit as e:
+        return str(e)
+    return None
+
+
+def round_sh(*args, env=None):
+    return subprocess.run(["bash", str(ROOT / "scripts/round.sh"), *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=60)
+
+
+def test_round_sh(tmp):
+    r = round_sh("--help")
+    check(r.returncode == 0 and "--stages" in r.stdout and "compare" in r.stdout, "round.sh --help prints the stages")
+    for bad, why in ((["--stages", "build,bogus", str(tmp / "o")], "unknown stage"),
+                     (["--dtype", "fp32", str(tmp / "o")], "unknown dtype"),
+                     (["--steps", "16-x", str(tmp / "o")], "--steps takes"),
+                     (["--budget", "ten", str(tmp / "o")], "--budget"),
+                     (["--stages", "fa4"], "OUT")):
+        r = round_sh(*bad)
+        check(r.returncode == 2 and why in r.stderr, f"round.sh {' '.join(bad[:2])}: exit 2 ({why})")
+    check(not (tmp / "o").exists(), "round.sh wrote nothing for bad arguments")
+    r = round_sh("--stages", "fa4", str(tmp / "fa4"), env={"FA4_DIR": str(tmp / "no-fa4")})
+    summary = (tmp / "fa4" / "summary.txt").read_text() if (tmp / "fa4" / "summary.txt").exists() else ""
+    check(r.returncode == 0 and "nothing to do" in summary, "round.sh --stages fa4 without .fa4/: a no-op that says so")
+    check((tmp / "fa4" / "logs.tgz").exists(), "round.sh packs its logs")
+
+
+def test_peers_args(tmp, capi):
+    a, b = tmp / "a.so", tmp / "b.so"
+    a.write_bytes(b"x")
+    b.write_bytes(b"y")
+    check(peers.parse_ladder_libs([str(a)]) == {"": str(a)}, "one unlabelled library")
+    libs = peers.parse_ladder_libs([f"old={a}", f"new={b}"])
+    check(list(libs) == ["old", "new"], "two labelled libraries, in order")
+    os.link(a, tmp / "a-link.so")
+    check("same file" in (refused(peers.parse_ladder_libs, [f"old={a}", f"new={tmp / 'a-link.so'}"]) or ""),
+          "one file under two labels is refused (dlopen would share its registry)")
+    check(refused(peers.parse_ladder_libs, [f"old={a}", f"old={b}"]) is not None, "a label given twice is refused")
+    check(refused(peers.parse_ladder_libs, [str(a), f"new={b}"]) is not None, "several libraries must all be labelled")
+    check(refused(peers.parse_ladder_libs, [f"old={tmp / 'missing.so'}"]) is not None, "a missing file is refused")
+    check(peers.parse_variant("20/persistent", {"": "x"}) == ("", "20/persistent"), "an unqualified id, one library")
+    check(peers.parse_variant("old:20/persistent_snake", libs) == ("old", "20/persistent_snake"), "a qualified id")
+    check(refused(peers.parse_variant, "20/persistent", libs) is not None, "an unqualified id with two libraries is refused")
+    check(refused(peers.parse_variant, "mid:20/persistent", libs) is not None, "an unknown label is refused")
+    pairs = peers.parse_pairs("old:20/persistent_snake>new:21/snake,old:18/ws>new:18/ws", libs)
+    check(pairs == [(("old", "20/persistent_snake"), ("new", "21/snake")), (("old", "18/ws"), ("new", "18/ws"))],
+          "pairs parse as (old, new)")
+    check(refused(peers.parse_pairs, "old:18/ws", libs) is not None, "a pair without '>' is refused")
+    check(peers.row_name("old", "18/ws") == "ladder:old:18/ws" and peers.row_name("", "18/ws") == "ladder:18/ws",
+          "row names: ladder:LABEL:ID, and ladder:ID for one library (the crosscheck table's)")
+    check([s[:4] for s in peers.grids(False, "part4")][-1] == (4, 16, 8448, 128), "part4 ends with FA3's shape")
+    check(len(peers.grids(False, "part4")) == 9 and peers.grids(False, "series")[0] == (1, 64, 1024, 128, False),
+          "the part4 and series grids")
+
+    if not capi or not os.path.isfile(capi):
+        print(f"skip two copies of libladder_capi.so: not built ({capi})")
+        return
+    try:
+        ctypes.CDLL(capi, mode=os.RTLD_LOCAL)
+    except OSError as e:  # its CUDA libraries are not on this machine's path
+        print(f"skip two copies of libladder_capi.so: it does not load here ({e})")
+        return
+    copy = tmp / "copy-of-capi.so"
+    shutil.copy(capi, copy)
+    # Had the two copies shared one registry, the second's static registrars would have thrown
+    # "two steps registered as number N" while loading (std::terminate): both load, both answer.
+    libs = peers.LadderLibs([f"old={capi}", f"new={copy}"])
+    for label in ("old", "new"):
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call(label, "98/none", 1, 1, 128, 64, 0, 0, None, None, None, None, None, None, err, 512)
+        check(rc == 1 and b"no attention variant 98/none" in err.value, f"{label}: an unknown id says so")
+        # A registered id with a batch of 0: refused by the shape check, before any CUDA call.
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call(label, "99/cudnn", 0, 1, 128, 64, 0, 0, None, None, None, None, None, None, err, 512)
+        check(rc == 1 and b"must be positive" in err.value, f"{label}: 99/cudnn found in its own registry")
+
+
+def peer_row(name, key, tflops=None, check_=None, rounds=None, error=None):
+    b, h, n, d, c = key
+    r = {"kind": "attention", "name": name, "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": c,
+         "dtype": "fp16"}
+    if error:
+        r["error"] = error
+        return r
+    r.update(tflops=tflops, median_ms=1.0 / tflops)
+    if rounds:
+        r["round_medians_ms"] = rounds
+    if check_:
+        r.update(output_check=check_, reference="sdpa-cudnn", max_abs_diff=1e-3)
+    return r
+
+
+def test_tables(tmp):
+    k1, k2 = (4, 8, 4096, 64, False), (4, 8, 4096, 64, True)
+    prov = {"gpu": {"name": "NVIDIA H200", "driver_version": "1", "torch": "2", "cudnn": 91900, "sm_clock_mhz": 1980},
+            "git_commit": "abc", "date": "2026-12-01T09:00:00Z", "fa4": {"version": "4.0.0b36"},
+            "ladder_libs": {"old": "/x/base/build/lib/libladder_capi.so", "new": "/x/new/build/lib/libladder_capi.so"},
+            "ladder_lib_commits": {"old": "349da4a", "new": "abc"}}
+    cross = {"provenance": prov, "rows": [
+        {"kind": "matmul", "name": "torch-fp16-matmul-8192"},
+        peer_row("sdpa-cudnn", k1, 400.0), peer_row("fa4", k1, 500.0, "pass"),
+        peer_row("ladder:99/cudnn", k1, 410.0, "pass"), peer_row("ladder:21/snake", k1, 440.0, "pass"),
+        peer_row("sdpa-cudnn", k2, 300.0), peer_row("fa4", k2, 350.0, "pass"),
+        peer_row("ladder:21/snake", k2, 330.0, "FAIL")]}
+    compare = {"provenance": prov, "pairs": [{"old": "ladder:old:20/persistent_snake", "new": "ladder:new:21/snake"},
+                                             {"old": "ladder:old:18/ws", "new": "ladder:new:18/ws"}],
+               "rows": [peer_row("ladder:old:20/persistent_snake", k1, 400.0, "pass", [1.0, 1.0, 1.0]),
+                        peer_row("ladder:new:21/snake", k1, 440.0, "pass", [0.9, 0.9, 0.9]),
+                        peer_row("ladder:old:20/persistent_snake", k2, 300.0, "pass", [1.0, 1.0, 1.0]),
+                        peer_row("ladder:new:21/snake", k2, 303.0, "pass", [0.98, 1.02, 0.99]),
+                        peer_row("ladder:old:18/ws", k1, 200.0, "pass"),
+                        peer_row("ladder:new:18/ws", k1, error="no attention variant 18/ws in this library")]}
+    (tmp / "cross.json").write_text(json.dumps(cross))
+    (tmp / "compare.json").write_text(json.dumps(compare))
+    make_tables.DOCS = tmp
+    t = make_tables.render("crosscheck cross.json ids=21/snake")
+    print(t)
+    check("| FA4 | FA4 × cuDNN |" in t and "× FA4 |" in t, "crosscheck: FA4's column and the × FA4 ratio")
+    check("| 500.0 | 1.25× | 440.0 | 1.10× | 0.88× |" in t, "crosscheck: FA4 / cuDNN, variant / cuDNN, variant / FA4")
+    check("| FAIL | — | — |" in t and "FAIL:" in t, "crosscheck: a row whose output check failed reads FAIL")
+    check("FlashAttention-4 4.0.0b36" in t, "crosscheck: FA4's version in the footer")
+    t = make_tables.render("compare compare.json")
+    print(t)
+    check("| 20/persistent_snake → 21/snake | 1.10× (400→440) | 1.01×≈ (300→303) |" in t,
+          "compare: new/old per shape, ≈ when the rounds disagree")
+    check("| 18/ws → 18/ws | — (no attention variant 18/ws" in t, "compare: a missing variant says why")
+    check("old built from `349da4a`, new built from `abc`" in t, "compare: each library's commit")
+    t = make_tables.render("compare compare.json ids=18/")
+    check("21/snake" not in t and "18/ws" in t, "compare: ids= keeps the pairs of those new ids")
+    check("Not measured yet" in make_tables.render("compare missing.json"), "compare: a file still to come")
+
+
+def main():
+    capi = sys.argv[1] if len(sys.argv) > 1 else ""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = pathlib.Path(d)
+        test_round_sh(tmp)
+        test_peers_args(tmp, capi)
+        test_tables(tmp)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
