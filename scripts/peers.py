@@ -347,7 +347,7 @@ def main(argv=None):
     t = time_rounds([fn], flush)[0]
     rows.append({"kind": "matmul", "name": "torch-fp16-matmul-8192", "flops": 2 * 8192**3, **t,
                  "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
-    del a, b, c
+    a = b = c = None  # free the GEMM's 400 MB before the attention shapes
 
     failed = []
     for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
@@ -416,7 +416,6 @@ def main(argv=None):
             print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
                   + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
                      else row["error"]), flush=True)
-        del q, k, v, ref, keep
 
     provenance = {"gpu": gpu_provenance(),
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

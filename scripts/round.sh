@@ -37,8 +37,10 @@
 # --steps      the steps of test, sanitize, ladder, grids, waves (default 16-22); their variants
 #              come from `ladder --list`, so a step that this build lacks is simply not there
 # --dtype      element types of the timing stages (default fp16,bf16; files of bf16 end in -bf16)
-# --bin DIR    carried binaries: ladder, gpu_tests, libladder_capi.so (or DIR/bin.tgz of them)
-# --old-lib    the older libladder_capi.so for `compare` (default ROUND_OLD_LIB or .oldlib/)
+# --bin DIR    carried binaries: ladder, gpu_tests, libladder_capi.so (or each as FILE.xz, or
+#              DIR/bin.tgz of them; unpacked into /tmp/round-bin)
+# --old-lib    the older libladder_capi.so (or PATH.xz) for `compare` (default ROUND_OLD_LIB or
+#              .oldlib/libladder_capi.so; kept in /tmp/ladder-old for later calls)
 # --budget     seconds this call may spend (default ROUND_BUDGET_S or 570): a stage's timeouts are
 #              cut to what is left, and a stage is skipped when too little is
 #
@@ -49,7 +51,7 @@
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
-# ROUND_JOBS (parallel test/sanitize processes, default 4), LABS_BIN, FA4_DIR (default .fa4).
+# ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4).
 # cuDNN: PyTorch's wheel's, through scripts/cudnn-env.sh; offline, carry .deps (install-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -136,6 +138,7 @@ finish() {
   fi
 }
 trap finish EXIT
+trap 'note "stopped by a signal"; exit 124' TERM INT
 
 source scripts/env.sh
 source scripts/cudnn-env.sh
@@ -170,13 +173,26 @@ use_bins() {  # use_bins DIR_OF_LADDER GPU_TESTS LIBCAPI: if the ladder runs her
   "$1/ladder" --list >"$logs/list.txt" 2>&1 || return 1
   bin=$1 tests=$2 capi=$3
 }
+# Carried files may come compressed (FILE.xz, or DIR/bin.tgz): unpacked once into /tmp/round-bin,
+# which later calls on the same machine find again.
+unpack_bins() {
+  local f
+  if [ -f "$carried/bin.tgz" ] && [ ! -x "$carried/ladder" ]; then
+    mkdir -p /tmp/round-bin && tar -xzf "$carried/bin.tgz" -C /tmp/round-bin && carried=/tmp/round-bin
+  elif [ -f "$carried/ladder.xz" ] && [ ! -x "$carried/ladder" ]; then
+    mkdir -p /tmp/round-bin
+    for f in "$carried"/*.xz; do xz -dc "$f" >"/tmp/round-bin/$(basename "$f" .xz)" && chmod +x "/tmp/round-bin/$(basename "$f" .xz)"; done
+    carried=/tmp/round-bin
+  fi
+}
 find_bins() {
   if [ -n "$carried" ]; then
-    [ -f "$carried/bin.tgz" ] && [ ! -x "$carried/ladder" ] && tar -xzf "$carried/bin.tgz" -C "$carried"
+    unpack_bins
     use_bins "$carried" "$carried/gpu_tests" "$carried/libladder_capi.so" && return 0
     note "the carried binaries in $carried do not run here: $(head -c 300 "$logs/list.txt")"
   fi
-  use_bins "$build/bin" "$build/tests/gpu_tests" "$build/lib/libladder_capi.so"
+  use_bins "$build/bin" "$build/tests/gpu_tests" "$build/lib/libladder_capi.so" ||
+    use_bins /tmp/round-bin /tmp/round-bin/gpu_tests /tmp/round-bin/libladder_capi.so
 }
 stage_build() {
   if [ -n "$carried" ] && find_bins && [ "$bin" = "$carried" ]; then
@@ -274,7 +290,7 @@ stage_smoke() {
 
 # The GPU tests and the sanitizer (they check, they do not time) side by side on the one GPU,
 # at most ROUND_JOBS processes at a time (the fp64 reference runs on the CPU).
-throttle() { while (($(jobs -rp | wc -l) >= ${ROUND_JOBS:-4})); do sleep 0.5; done; }
+throttle() { while (($(jobs -rp | wc -l) >= ${ROUND_JOBS:-6})); do sleep 0.5; done; }
 stage_checks() {
   local s rc=0 t
   read -r -a test_steps <<<"${ROUND_TEST_STEPS:-${steps[*]} 99}"
@@ -446,7 +462,15 @@ stage_crosscheck() {
 }
 stage_compare() {
   need_bin compare || return 1
-  [ -f "$old_lib" ] || { note "compare: no old library at $old_lib (--old-lib or ROUND_OLD_LIB)"; return 1; }
+  # Carried as PATH.xz (31 MB of mostly device code packs to ~4 MB), or left by an earlier call.
+  if [ ! -f "$old_lib" ] && [ -f "$old_lib.xz" ]; then
+    mkdir -p /tmp/ladder-old && xz -dc "$old_lib.xz" >/tmp/ladder-old/libladder_capi.so && old_lib=/tmp/ladder-old/libladder_capi.so
+  elif [ -f "$old_lib" ]; then
+    mkdir -p /tmp/ladder-old && cp "$old_lib" /tmp/ladder-old/libladder_capi.so
+  elif [ -f /tmp/ladder-old/libladder_capi.so ]; then
+    old_lib=/tmp/ladder-old/libladder_capi.so
+  fi
+  [ -f "$old_lib" ] || { note "compare: no old library at $old_lib(.xz) (--old-lib or ROUND_OLD_LIB)"; return 1; }
   [ -f "$capi" ] || { note "compare: no libladder_capi.so of this build ($capi)"; return 1; }
   local dt rc=0 pair pairs=() missing=()
   IFS=, read -r -a all_pairs <<<"$COMPARE_PAIRS"
