@@ -41,6 +41,7 @@
 #              DIR/bin.tgz of them; unpacked into /tmp/round-bin)
 # --old-lib    the older libladder_capi.so (or PATH.xz) for `compare` (default ROUND_OLD_LIB or
 #              .oldlib/libladder_capi.so; kept in /tmp/ladder-old for later calls)
+# Paths (OUT, --bin, --old-lib) are taken from the repository root, where the script runs.
 # --budget     seconds this call may spend (default ROUND_BUDGET_S or 570): a stage's timeouts are
 #              cut to what is left, and a stage is skipped when too little is
 #
@@ -74,18 +75,19 @@ carried=${LADDER_BIN:-}
 old_lib=${ROUND_OLD_LIB:-.oldlib/libladder_capi.so}
 budget=${ROUND_BUDGET_S:-570}
 out=""
+value() { [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"; }
 while (($#)); do
   case $1 in
     -h|--help) usage; exit 0 ;;
-    --stages) stages_arg=${2:?--stages needs a list}; shift ;;
+    --stages) value "$@"; stages_arg=$2; shift ;;
     --stages=*) stages_arg=${1#*=} ;;
-    --steps) steps_arg=${2:?--steps needs a range}; shift ;;
+    --steps) value "$@"; steps_arg=$2; shift ;;
     --steps=*) steps_arg=${1#*=} ;;
-    --dtype) dtype_arg=${2:?--dtype needs a list}; shift ;;
+    --dtype) value "$@"; dtype_arg=$2; shift ;;
     --dtype=*) dtype_arg=${1#*=} ;;
-    --bin) carried=${2:?--bin needs a folder}; shift ;;
-    --old-lib) old_lib=${2:?--old-lib needs a path}; shift ;;
-    --budget) budget=${2:?--budget needs seconds}; shift ;;
+    --bin) value "$@"; carried=$2; shift ;;
+    --old-lib) value "$@"; old_lib=$2; shift ;;
+    --budget) value "$@"; budget=$2; shift ;;
     -*) die_usage "unknown option $1" ;;
     *) [ -z "$out" ] || die_usage "one OUT folder, got '$out' and '$1'"; out=$1 ;;
   esac
@@ -208,7 +210,7 @@ stage_build() {
   if has labs; then for l in L01 L02 L03 L04 L05; do targets+=("lab_$l" "lab_${l}_solution"); done; fi
   has profile && targets=(all)
   # shellcheck disable=SC2086
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  timeout "$(cap 120)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     -DLADDER_BUILD_TESTS=ON -DLADDER_PTXAS_VERBOSE=ON $LADDER_CUDNN_ARGS >"$logs/configure.log" 2>&1 &&
     timeout "$(cap 540)" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$logs/build.log" 2>&1
   local rc=$?
@@ -378,8 +380,8 @@ stage_waves() {
     --b 16 --heads 16 --d 64 --n 4096 --mask both
 }
 stage_readme() {
-  scripts/ladder.sh --json "$out/$day-ladder-default.json" >"$logs/readme-ladder.log" 2>&1 || return 1
-  build/gpu/bin/ladder --track attention --n 1000 --d 64,128 --mask both --heads 2 --no-time --save /tmp/round-npy \
+  timeout "$(cap 500)" scripts/ladder.sh --json "$out/$day-ladder-default.json" >"$logs/readme-ladder.log" 2>&1 || return 1
+  timeout "$(cap 120)" build/gpu/bin/ladder --track attention --n 1000 --d 64,128 --mask both --heads 2 --no-time --save /tmp/round-npy \
     >"$logs/save.log" 2>&1 && python3 scripts/check_npy.py /tmp/round-npy >>"$logs/save.log" 2>&1
   local rc=$?
   note "  --save and scripts/check_npy.py: rc=$rc; $(tail -1 "$logs/save.log")"
