@@ -349,6 +349,30 @@ def main(argv=None):
                  "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
     a = b = c = None  # free the GEMM's 400 MB before the attention shapes
 
+    gpu = gpu_provenance()
+
+    def write(final=False):
+        """The file so far: rewritten after every shape, so a round cut short keeps what it timed."""
+        provenance = {
+            "gpu": gpu,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
+            "command_line": " ".join(["scripts/peers.py"] + (argv if argv is not None else sys.argv[1:])),
+            "fa4": ({"version": fa4_version} if fa4 is not None else {"skipped": fa4_version}),
+            "ladder_libs": libs.paths if libs else {},
+            # LADDER_LIB_COMMITS="old=349da4a,new=..." (scripts/round.sh sets it): each library's commit
+            "ladder_lib_commits": dict(x.split("=", 1) for x in
+                                       os.environ.get("LADDER_LIB_COMMITS", "").split(",") if "=" in x),
+            "method": "each call captured in a CUDA graph (else eager, per row's timing_method); CUDA events "
+                      "around one replay per repetition, L2 flushed (2x L2 zeroed) between, 3 interleaved rounds "
+                      "(alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
+        result = {"schema": "attention-ladder/peers/1", "provenance": provenance, "complete": final, "rows": rows}
+        if pairs:
+            result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in pairs]
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+
     failed = []
     for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
         q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
@@ -416,25 +440,9 @@ def main(argv=None):
             print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
                   + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
                      else row["error"]), flush=True)
+        write()
 
-    provenance = {"gpu": gpu_provenance(),
-                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
-                  "command_line": " ".join(["scripts/peers.py"] + (argv if argv is not None else sys.argv[1:])),
-                  "fa4": ({"version": fa4_version} if fa4 is not None else {"skipped": fa4_version}),
-                  "ladder_libs": libs.paths if libs else {},
-                  # LADDER_LIB_COMMITS="old=349da4a,new=..." (scripts/round.sh sets it): each library's commit
-                  "ladder_lib_commits": dict(x.split("=", 1) for x in
-                                             os.environ.get("LADDER_LIB_COMMITS", "").split(",") if "=" in x),
-                  "method": "each call captured in a CUDA graph (else eager, per row's "
-                            "timing_method); CUDA events around one replay per repetition, "
-                            "L2 flushed (2x L2 zeroed) between, 3 interleaved rounds (alternating direction) of "
-                            ">=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
-    result = {"schema": "attention-ladder/peers/1", "provenance": provenance, "rows": rows}
-    if pairs:
-        result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in pairs]
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write(final=True)
     for row in failed:
         print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
               f"causal={row['causal']}: max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "

@@ -5,6 +5,9 @@
   - scripts/peers.py: --ladder-lib labels and variant ids parse, and the mistakes are refused (one
     file under two labels, a variant of an unknown library); two copies of libladder_capi.so load in
     one process, each with its own registry (given the library's path as argv[1])
+  - scripts/peers.py's main loop on a stand-in PyTorch (tests/cpu/fake_torch, numpy): every row
+    checked against the cuDNN reference, FlashAttention-4's [B, N, H, D] layout (a wrong one FAILs
+    and exits 1), a refusing backend's row, pairs of two labelled libraries in the JSON
   - scripts/make_tables.py: the crosscheck table with FlashAttention-4's column and ratios, a FAIL
     row shown as FAIL, and the compare table's new/old ratios and its noise mark
 
@@ -112,6 +115,87 @@ def test_peers_args(tmp, capi):
         rc = libs.call(label, "99/cudnn", 0, 1, 128, 64, 0, 0, None, None, None, None, None, None, err, 512)
         check(rc == 1 and b"must be positive" in err.value, f"{label}: 99/cudnn found in its own registry")
 
+FAKE_MAIN = """
+import sys
+import peers
+import torch
+peers.grids = lambda quick, grid="ladder": [(1, 2, 40, 16, False), (1, 2, 40, 16, True)]
+
+
+class FakeLibs:  # the two labelled libraries, without loading them
+    def __init__(self, specs):
+        self.paths = peers.parse_ladder_libs(specs)
+
+
+def fake_call(libs, label, vid, q, k, v, causal, bf16):
+    if (label, vid) == ("new", "18/ws"):
+        raise RuntimeError("no attention variant 18/ws in this library (see `ladder --list`)")
+    o = torch.empty_like(q)
+
+    def call():
+        o.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    return call, o
+
+
+peers.LadderLibs, peers.ladder_call = FakeLibs, fake_call
+sys.exit(peers.main(sys.argv[1:]))
+"""
+
+
+def run_fake_peers(tmp, name, fa4_mode, *extra):
+    out = tmp / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}", "FAKE_FA4": fa4_mode,
+           "LADDER_LIB_COMMITS": "old=349da4a,new=abc"}
+    r = subprocess.run([sys.executable, "-c", FAKE_MAIN, "--out", str(out), *extra], capture_output=True, text=True,
+                       env=env, timeout=120)
+    data = json.loads(out.read_text()) if out.exists() else {"rows": []}
+    return r, data, {(x["name"], x.get("causal")): x for x in data["rows"]}
+
+
+def test_peers_main(tmp):
+    try:
+        import numpy  # noqa: F401  (the stand-in torch computes with it)
+    except ImportError:
+        print("skip peers.py's main loop on the stand-in torch: numpy is not installed")
+        return
+    a, b = tmp / "old.so", tmp / "new.so"
+    a.write_bytes(b"old")
+    b.write_bytes(b"new")
+    r, data, rows = run_fake_peers(tmp, "fake-run", "good", "--ladder-lib", f"old={a}", "--ladder-lib", f"new={b}",
+                                   "--ladder-pairs", "old:20/persistent_snake>new:21/snake,old:18/ws>new:18/ws")
+    print(r.stdout[-1500:], r.stderr[-1500:])
+    check(r.returncode == 0 and data.get("complete") is True, "peers.py main loop (stand-in torch): exit 0, file complete")
+    fa4 = rows.get(("fa4", True), {})
+    check(fa4.get("output_check") == "pass" and fa4.get("reference") == "sdpa-cudnn" and fa4.get("rel_diff", 1) < 1e-5,
+          "FA4 on [B, N, H, D] copies, checked against cuDNN's output")
+    check(rows.get(("sdpa-flash", False), {}).get("output_check") == "pass", "PyTorch's flash backend checked too")
+    check("output_check" not in rows.get(("sdpa-cudnn", False), {"output_check": 1}), "the reference is not checked against itself")
+    check(rows.get(("sdpa-efficient", False), {}).get("error") == "No available kernel. Aborting execution.",
+          "a backend that refuses: its row says why (first line)")
+    check(rows.get(("ladder:new:21/snake", True), {}).get("output_check") == "pass" and "tflops" in rows.get(
+        ("ladder:old:20/persistent_snake", True), {}), "both labelled libraries' rows timed and checked")
+    check("no attention variant" in rows.get(("ladder:new:18/ws", False), {}).get("error", ""),
+          "a variant missing from one library: its row says so")
+    check(data.get("pairs") == [{"old": "ladder:old:20/persistent_snake", "new": "ladder:new:21/snake"},
+                                {"old": "ladder:old:18/ws", "new": "ladder:new:18/ws"}], "the pairs in the file")
+    check(data["provenance"]["fa4"].get("version") and data["provenance"]["ladder_lib_commits"] == {"old": "349da4a", "new": "abc"},
+          "provenance: FA4's version, each library's commit")
+    (tmp / "fake-compare.json").write_text(json.dumps(data))
+    make_tables.DOCS = tmp
+    t = make_tables.render("compare fake-compare.json")
+    check("| 20/persistent_snake → 21/snake | 1.00×" in t, "the compare table reads the file peers.py wrote")
+
+    r, data, rows = run_fake_peers(tmp, "wrong-fa4", "wrong", "--backends", "sdpa-cudnn,fa4")
+    check(r.returncode == 1 and rows.get(("fa4", False), {}).get("output_check") == "FAIL" and "FAIL: fa4" in r.stderr,
+          "FA4 called with the wrong layout: FAIL, exit 1")
+    check(data.get("complete") is True and ("sdpa-cudnn", False) in rows, "... and the file is still written")
+    r, data, rows = run_fake_peers(tmp, "no-fa4", "missing", "--backends", "sdpa-cudnn,fa4")
+    check(r.returncode == 0 and not any(n == "fa4" for n, _ in rows) and "not importable" in
+          data["provenance"]["fa4"].get("skipped", ""), "without FA4: no rows, the reason in the provenance")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), "--backends", "fa5"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "unknown 'fa5'" in r.stderr, "an unknown backend: exit 2")
+
 
 def peer_row(name, key, tflops=None, check_=None, rounds=None, error=None):
     b, h, n, d, c = key
@@ -174,6 +258,7 @@ def main():
         tmp = pathlib.Path(d)
         test_round_sh(tmp)
         test_peers_args(tmp, capi)
+        test_peers_main(tmp)
         test_tables(tmp)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
