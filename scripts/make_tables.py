@@ -343,9 +343,10 @@ def _peers_footer(data, spec, command):
     g = p["gpu"]
     fa4 = p.get("fa4", {})
     fa4_text = f", FlashAttention-4 {fa4['version']}" if fa4.get("version") else ""
+    cut = " The round stopped before its last shape (`complete: false`)." if data.get("complete") is False else ""
     return (f"*{g.get('name', '?')}, driver {g.get('driver_version', '?')}, PyTorch {g.get('torch', '?')}, "
             f"cuDNN {g.get('cudnn', '?')}{fa4_text}, SM clock {g.get('sm_clock_mhz', '?')} MHz at start; commit "
-            f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `{command}` (`docs/{spec['file']}`).*")
+            f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `{command}` (`docs/{spec['file']}`).{cut}*")
 
 
 def crosscheck_table(spec):

@@ -250,6 +250,9 @@ def test_tables(tmp):
     t = make_tables.render("compare compare.json ids=18/")
     check("21/snake" not in t and "18/ws" in t, "compare: ids= keeps the pairs of those new ids")
     check("Not measured yet" in make_tables.render("compare missing.json"), "compare: a file still to come")
+    compare["complete"] = False
+    (tmp / "compare.json").write_text(json.dumps(compare))
+    check("stopped before its last shape" in make_tables.render("compare compare.json"), "compare: a file cut short says so")
 
 
 def main():
