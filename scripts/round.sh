@@ -503,7 +503,7 @@ stage_ncu() {
   local ncu id s d shape rc=0 ids=() k
   ncu=$(ncu_bin)
   for id in ${ROUND_NCU_IDS:-22/three_consumers_4stage 21/snake}; do listed "$id" && ids+=("$id"); done
-  ((${#ids[@]})) || mapfile -t ids < <(variants_of main "${steps[-1]}")
+  ((${#ids[@]})) || mapfile -t ids < <(variants_of main "${steps[@]}" | tail -1)  # the top step's main
   local metrics=sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
