@@ -168,6 +168,15 @@ stage() {
   return $rc
 }
 
+# The old library for `compare`, carried as PATH or PATH.xz (31 MB of mostly device code packs to
+# ~4 MB) in whichever call, kept in /tmp/ladder-old for the calls after it on the same machine.
+if [ -f "$old_lib.xz" ] && [ ! -f "$old_lib" ]; then
+  mkdir -p /tmp/ladder-old && xz -dc "$old_lib.xz" >/tmp/ladder-old/libladder_capi.so && note "old library: $old_lib.xz, unpacked"
+elif [ -f "$old_lib" ] && [ "$old_lib" != /tmp/ladder-old/libladder_capi.so ]; then
+  mkdir -p /tmp/ladder-old && cp "$old_lib" /tmp/ladder-old/libladder_capi.so
+fi
+[ -f /tmp/ladder-old/libladder_capi.so ] && old_lib=/tmp/ladder-old/libladder_capi.so
+
 # ---- binaries ------------------------------------------------------------------------------
 build=${ROUND_BUILD:-build/round}
 bin="" tests="" capi=""
@@ -464,14 +473,6 @@ stage_crosscheck() {
 }
 stage_compare() {
   need_bin compare || return 1
-  # Carried as PATH.xz (31 MB of mostly device code packs to ~4 MB), or left by an earlier call.
-  if [ ! -f "$old_lib" ] && [ -f "$old_lib.xz" ]; then
-    mkdir -p /tmp/ladder-old && xz -dc "$old_lib.xz" >/tmp/ladder-old/libladder_capi.so && old_lib=/tmp/ladder-old/libladder_capi.so
-  elif [ -f "$old_lib" ]; then
-    mkdir -p /tmp/ladder-old && cp "$old_lib" /tmp/ladder-old/libladder_capi.so
-  elif [ -f /tmp/ladder-old/libladder_capi.so ]; then
-    old_lib=/tmp/ladder-old/libladder_capi.so
-  fi
   [ -f "$old_lib" ] || { note "compare: no old library at $old_lib(.xz) (--old-lib or ROUND_OLD_LIB)"; return 1; }
   [ -f "$capi" ] || { note "compare: no libladder_capi.so of this build ($capi)"; return 1; }
   local dt rc=0 pair pairs=() missing=()
