@@ -8,7 +8,8 @@
 #
 # Stages (comma separated; they run in this order whatever the order given):
 #   fa4        install FlashAttention-4 from .fa4/ (two transfers, /work/shared/tools/fa4/README.md):
-#              .fa4/small -> /tmp/fa4w, then .fa4/big -> /tmp/site; a no-op saying so without .fa4/
+#              .fa4/small (and .fa4/part1) -> /tmp/fa4w, then .fa4/big (or .fa4/part2) -> /tmp/site;
+#              a no-op that says so without .fa4/; a later call finds /tmp/site by itself
 #   build      configure and build ladder, gpu_tests, libladder_capi.so in ROUND_BUILD (default
 #              build/round), unless --bin (or LADDER_BIN) holds binaries that run here
 #   smoke      one small ragged problem per step under a short timeout: a hang stops the round here
@@ -41,9 +42,9 @@
 #              DIR/bin.tgz of them; unpacked into /tmp/round-bin)
 # --old-lib    the older libladder_capi.so (or PATH.xz) for `compare` (default ROUND_OLD_LIB or
 #              .oldlib/libladder_capi.so; kept in /tmp/ladder-old for later calls)
-# Paths (OUT, --bin, --old-lib) are taken from the repository root, where the script runs.
 # --budget     seconds this call may spend (default ROUND_BUDGET_S or 570): a stage's timeouts are
 #              cut to what is left, and a stage is skipped when too little is
+# Relative paths (OUT, --bin, --old-lib) are from the repository root, where the script runs.
 #
 # OUT gets summary.txt, logs.tgz and the dated results (YYYY-MM-DD-*.json, ...); when they are
 # more than the device tool brings back (8 files), the results go into results.tgz. Copy results
