@@ -53,6 +53,7 @@
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
+# ROUND_COMPARE_PAIRS (OLD>NEW,... instead of the re-cut's ten pairs),
 # ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4).
 # cuDNN: PyTorch's wheel's, through scripts/cudnn-env.sh; offline, carry .deps (install-deps.sh).
 set -uo pipefail
@@ -64,6 +65,7 @@ COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,2
 COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers_4stage,21/three_consumers>22/three_consumers"
 COMPARE_PAIRS+=",16/wgmma>16/wgmma,17/tma>17/tma,18/ws>18/ws,19/pingpong>19/pingpong"
 COMPARE_PAIRS+=",19/pingpong_3stage>19/pingpong_3stage"
+COMPARE_PAIRS=${ROUND_COMPARE_PAIRS:-$COMPARE_PAIRS}
 DEFAULT_CROSSCHECK="20/persistent 21/snake 21/dynamic 22/three_consumers 22/three_consumers_4stage 99/cudnn"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -476,18 +478,22 @@ stage_compare() {
   need_bin compare || return 1
   [ -f "$old_lib" ] || { note "compare: no old library at $old_lib(.xz) (--old-lib or ROUND_OLD_LIB)"; return 1; }
   [ -f "$capi" ] || { note "compare: no libladder_capi.so of this build ($capi)"; return 1; }
-  local dt rc=0 pair pairs=() missing=()
+  local dt rc=0 pair pairs=() missing=() stale=()
   IFS=, read -r -a all_pairs <<<"$COMPARE_PAIRS"
   for dt in "${dtypes[@]}"; do
-    pairs=() missing=()
+    pairs=() missing=() stale=()
     for pair in "${all_pairs[@]}"; do
-      local new=${pair#*>}
+      local new=${pair#*>} old=${pair%%>*}
       if ! listed "$new"; then missing+=("$new"); continue; fi
+      # A renamed pair whose old id this build still lists: the build predates the re-cut, and
+      # its "new" id may name another kernel (20/persistent was the 2-stage ring): not timed.
+      if [ "$old" != "$new" ] && listed "$old"; then stale+=("$old>$new"); continue; fi
       # bf16: only where the new variant declares it (an old one that does not is its row's error)
       [ "$dt" = bf16 ] && ! variants_of bf16 "$((10#${new%%/*}))" | grep -qx "$new" && continue
       pairs+=("old:${pair%%>*}>new:$new")
     done
     ((${#missing[@]})) && note "  compare $dt: new ids not in this build: ${missing[*]}"
+    ((${#stale[@]})) && note "  compare $dt: not timed, this build still has the old id: ${stale[*]}"
     ((${#pairs[@]})) || { note "  compare $dt: no pair to time"; continue; }
     LADDER_LIB_COMMITS="old=${ROUND_OLD_COMMIT:-unknown},new=$LADDER_GIT_COMMIT" \
       peers_run "compare$(sfx "$dt")" --grid part4 --dtype "$dt" --backends sdpa-cudnn --ladder-lib "old=$old_lib" \
