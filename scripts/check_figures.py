@@ -45,7 +45,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- figure: (.*?) -->")
-NUMBER = r"[-+−]?\d[\d,]*(?:\.\d+)?"
+NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
 FIGURE = re.compile(r"\s*(?:\*\*)?\s*(" + NUMBER + r")(?:\s*(?:–|-|to)\s*(" + NUMBER + r"))?")
 PROBLEM_KEYS = ("batch", "heads", "seqlen", "head_dim", "causal", "dtype")
 
