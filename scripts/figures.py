@@ -14,6 +14,11 @@
                           total work.
   part4-tile-waves.png    step 22's 192-row tiles against 128-row ones at B=4 H=8 D=64 on 132 SMs:
                           rows of work per SM, the busiest SM setting the kernel's time.
+  part3-NN.png            for each of Part III's chapters 07-15: every version of the series at its
+                          workload (B=1 H=64 N=1024 D=128, non-causal and causal) in TFLOP/s, the
+                          chapter's own versions highlighted, the one it is compared with outlined,
+                          step 06 and PyTorch's backends as lines (results/h200/2026-11-30-softmax-
+                          series.json and -softmax-peers.json: measured, not schematic).
 
 The schedules are computed from the kernels' own formulas (the `work_of` / `tile_of` of
 steps/20_persistent and steps/21_causal_schedule, and the weight model of scripts/tile_model.py:
@@ -287,6 +292,60 @@ def fig_tile_waves(out):
     plt.close(fig)
 
 
+# Part III: chapter -> (its own versions, the versions it is compared with)
+PART3 = {7: (["07/"], ["06/h200"]), 8: (["08/"], ["07/v5"]), 9: (["09/"], ["07/v5"]),
+         10: (["10/"], ["09/v7"]), 11: (["11/"], ["10/v8"]), 12: (["12/"], ["11/qkspecialized"]),
+         13: (["13/"], ["12/v10"]), 14: (["14/"], ["13/v11_ablation"]), 15: (["15/"], ["14/v12"])}
+SERIES = "docs/results/h200/2026-11-30-softmax-series.json"
+SERIES_PEERS = "docs/results/h200/2026-11-30-softmax-peers.json"
+
+
+def fig_part3(out):
+    import json
+    series = json.loads((ROOT / SERIES).read_text())
+    peers = json.loads((ROOT / SERIES_PEERS).read_text())["rows"]
+    runs = [r for r in series["runs"] if r["kind"] == "attention"]
+    shape = runs[0]["shape"]
+    ids = [row["id"] for row in runs[0]["rows"] if row["id"].split("/")[0] >= "07"]
+    made = []
+    for chapter, (own, compared) in PART3.items():
+        fig, axes = plt.subplots(1, len(runs), figsize=(11, 3.6), sharey=True)
+        for ax, run in zip(axes, runs):
+            rows = {row["id"]: row for row in run["rows"]}
+            vals = [rows[i]["tflops"] for i in ids]
+            colors = [RED if any(i.startswith(p) for p in own) else
+                      (BLUE if i in compared else "#cccccc") for i in ids]
+            bars = ax.bar(range(len(ids)), vals, color=colors, edgecolor="black", linewidth=0.4)
+            for b, i, v in zip(bars, ids, vals):
+                if any(i.startswith(p) for p in own) or i in compared:
+                    ax.text(b.get_x() + b.get_width() / 2, v + 3, f"{v:.0f}", ha="center", fontsize=6.5)
+            base = rows["06/h200"]["tflops"]
+            ax.axhline(base, color=GREEN, lw=1, ls="--", label=f"06/h200 (step 06's best): {base:.0f}")
+            causal = run["shape"]["causal"]
+            for name, style in (("sdpa-flash", ":"), ("sdpa-cudnn", "-.")):
+                pv = [p["tflops"] for p in peers if p.get("name") == name and p.get("causal") == causal
+                      and p.get("seqlen") == shape["seqlen"] and p.get("head_dim") == shape["head_dim"]
+                      and p.get("heads") == shape["heads"] and "tflops" in p]
+                if pv:
+                    ax.axhline(pv[0], color="black", lw=0.8, ls=style, label=f"PyTorch {name}: {pv[0]:.0f}")
+            ax.set_xticks(range(len(ids)))
+            ax.set_xticklabels([i.replace("11/qk", "11/") for i in ids], rotation=70, fontsize=6.5)
+            ax.set_title(f"B={shape['batch']} H={shape['heads']} N={shape['seqlen']} D={shape['head_dim']}, "
+                         f"{'causal' if causal else 'non-causal'}", fontsize=8.5)
+            ax.tick_params(axis="y", labelsize=7)
+            ax.legend(fontsize=6.5, loc="upper left")
+        axes[0].set_ylabel("TFLOP/s", fontsize=8)
+        fig.suptitle(f"Chapter {chapter:02d}: its versions (red) against the one it improves on (blue), "
+                     "the whole series in grey; one run on the H200 (docs/" + SERIES.split("docs/")[1] + ")",
+                     fontsize=8.5)
+        fig.tight_layout(rect=(0, 0, 1, 0.93))
+        name = f"part3-{chapter:02d}.png"
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        made.append(name)
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -297,9 +356,11 @@ def main():
     fig_pingpong(out)
     spans = fig_causal_walk(out)
     fig_tile_waves(out)
+    part3 = fig_part3(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
-    print(f"wrote part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png to {out}")
+    print(f"wrote part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
+          f"{', '.join(part3)} to {out}")
 
 
 if __name__ == "__main__":
