@@ -4,6 +4,8 @@
   scripts/figures.py              # all figures
   scripts/figures.py --out DIR    # somewhere else
 
+  part4-swizzle.png       the 128-byte swizzle of every Part IV tile (step 16): where each 16-byte
+                          chunk of a 64-half row lands, and the 8-row, 1024-byte atom.
   part4-ring.png          the K/V ring of steps 17-22: kStages stages, each with a "full" and an
                           "empty" mbarrier; which lap waits for which parity, and who arrives.
   part4-pingpong.png      step 19's warpgroup ping-pong: two consumers' GEMM turns and softmax
@@ -122,6 +124,37 @@ def loads(tiles, owner, ctas):
 
 
 # ---------------------------------------------------------------- figures
+
+def fig_swizzle(out):
+    """Row r's logical chunk c (8 halves = 16 bytes) is stored at chunk c XOR (r mod 8)."""
+    rows, chunks = 16, 8
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, swizzled in zip(axes, (False, True)):
+        for r in range(rows):
+            for c in range(chunks):
+                slot = c ^ (r % 8) if swizzled else c
+                ax.add_patch(Rectangle((slot, r), 1, 1, facecolor=cmap(c), edgecolor="white", alpha=0.85))
+                ax.text(slot + 0.5, r + 0.5, str(c), ha="center", va="center", fontsize=7, color="white")
+        ax.add_patch(Rectangle((0, 0), chunks, 8, fill=False, edgecolor="black", lw=2))
+        ax.set_xlim(0, chunks)
+        ax.set_ylim(rows, 0)
+        ax.set_xticks([x + 0.5 for x in range(chunks)])
+        ax.set_xticklabels([f"{16 * x}" for x in range(chunks)], fontsize=7)
+        ax.set_yticks([y + 0.5 for y in range(rows)])
+        ax.set_yticklabels([str(y) for y in range(rows)], fontsize=7)
+        ax.set_xlabel("byte offset in the 128-byte row (one bank group of 4 banks per 16 bytes)", fontsize=8)
+        ax.set_ylabel("row of the tile", fontsize=8)
+        ax.set_title("unswizzled: chunk c of every row in the same banks" if not swizzled else
+                     "128-byte swizzle: chunk c of row r at c XOR (r mod 8)", fontsize=9)
+    fig.suptitle("A tile row of 64 halves = 8 chunks of 16 bytes (the number is the logical chunk, the colour "
+                 "follows it).\nEight rows form a 1024-byte atom (framed), which must start 1024-byte aligned; "
+                 "a column of chunks read by 8 rows (an ldmatrix or a wgmma operand) then touches all 32 banks "
+                 "once instead of one bank group eight times.", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    fig.savefig(out / "part4-swizzle.png", dpi=100)
+    plt.close(fig)
+
 
 def fig_ring(out):
     """kStages = 3; iterations it = 0..8 of the ring; stage it % 3, lap it / 3."""
@@ -352,6 +385,7 @@ def main():
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    fig_swizzle(out)
     fig_ring(out)
     fig_pingpong(out)
     spans = fig_causal_walk(out)
@@ -359,7 +393,7 @@ def main():
     part3 = fig_part3(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
-    print(f"wrote part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
+    print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
           f"{', '.join(part3)} to {out}")
 
 

@@ -5,8 +5,8 @@
   - it has an "Answers" section with one numbered answer per question, after the body;
   - its last section is "Exercises", with at least one item (change one line, run one command,
     explain the number);
-  - from Part IV on (chapters 16 and later), also a "Verdict" section and, for every chapter but
-    the part's first, a figure (an image under docs/img/ that exists) and a link to its step's
+  - from Part IV on (chapters 16 and later), also a figure (an image under docs/img/ that
+    exists), a "Verdict" section and, for every chapter but the part's first, a link to its step's
     diff under docs/diffs/ (which must exist once the chapter's own step directory, steps/NN_x/
     for docs/NN_x.md, does: a chapter written ahead of its step's code is allowed);
   - every relative link of every docs/*.md and docs/results/notes/*.md points at a file inside
@@ -68,7 +68,7 @@ def check_part4(path, root):
     text = path.read_text()
     number = int(path.name[:2])
     images = re.findall(r"!\[[^\]]*\]\((img/[^)\s]+)\)", text)
-    if number > PART4_FIRST and not images:
+    if not images:
         problems.append("a Part IV chapter needs a figure (an image under img/)")
     for image in images:
         if not (path.parent / image).exists():
