@@ -168,7 +168,7 @@ def fig_ring(out):
         ax.text(-2.5, y + 0.95, f"stage {s}", fontsize=10, weight="bold", va="center")
         ax.text(-2.5, y + 0.45, "full[s]: producer arrives\n(expect_tx), TMA's bytes\ncomplete; consumers wait",
                 fontsize=6.5, va="center", color=BLUE)
-        ax.text(-2.5, y - 0.2, "empty[s]: consumers arrive\n(one per warpgroup);\nproducer waits", fontsize=6.5,
+        ax.text(-2.5, y - 0.2, "empty[s]: consumers arrive\n(one per consumer warp);\nproducer waits", fontsize=6.5,
                 va="center", color=RED)
     for it in range(iters):
         s, lap = it % stages, it // stages
