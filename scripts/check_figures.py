@@ -227,6 +227,12 @@ def check_text(text, docs):
     """[(line, marker, problem)] for every marker of one document."""
     problems = []
     for m in MARKER.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if text.startswith("|", line_start) and "|" in m.group(1):
+            # A table cell ends at the first |, comment or not: the marker would break the table.
+            problems.append((text.count("\n", 0, m.start()) + 1, m.group(1),
+                             "a marker in a table row must not contain | (write [ai][nx], not (?:in|ax))"))
+            continue
         problem = check_one(m.group(1), text[m.end():m.end() + 80], docs)
         if problem:
             line = text.count("\n", 0, m.start()) + 1

@@ -63,6 +63,8 @@ with tempfile.TemporaryDirectory() as tmp:
         (False, "no such file", m("missing.json id=20/a tflops") + "441"),
         (False, "no such row", m("r.json id=21/b tflops") + "441"),
         (False, "no figure after the marker", one + "about 441"),
+        (True, "in a table cell", "| x | " + one + "441 |"),
+        (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
     ]
     for ok, what, text in cases:
         expect(ok, what, text, docs)
