@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Checks the figures quoted in prose against the results files they come from (a CPU test,
+docs_figures_true).
+
+A prose figure is annotated with a marker right before it; the checker recomputes the value(s)
+from the named file and fails if the prose differs beyond the rounding it is written with:
+
+    ... runs at <!-- figure: results/h200/X.json id=20/persistent_3stage seqlen=4096 head_dim=128 tflops -->666 TFLOP/s
+
+    <!-- figure: FILE[,FILE...] [KEY=VALUE ...] FIELD [vs:KEY=VALUE ...] [scale=S] [pct] -->FIGURE
+
+FILE      relative to docs/ (like scripts/make_tables.py's tables); several files are pooled, and
+          a name with * is a glob.
+records   a ladder file gives one record per row, with its run's shape, kind and gpu_after merged
+          in (id, tflops, median_ms, batch, heads, seqlen, head_dim, causal, dtype, ...); a
+          peers/crosscheck file one per row (name, tflops, batch, ...); a row's `kernels` list is
+          expanded (kernels.registers, kernels.dynamic_smem, ...). A path starting with "/" is
+          read from the file's top level (/provenance.gpu.sm_clock_mhz).
+          A text file (.txt, .csv, .md): `grep=REGEX` (no spaces; \\s for one), every match's
+          first group is a value.
+KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives (a,b) or end in
+          * (a prefix). Booleans are 0/1. dtype defaults to fp16 where a record has none.
+FIELD     the number to take (dotted path).
+vs:K=V    a ratio: each selected record's FIELD divided by FIELD of the record of the same
+          problem (batch, heads, seqlen, head_dim, causal, dtype) that matches all the vs: filters.
+scale=S   multiply every value by S (e.g. 100 for a fraction quoted as a percentage);
+pct       the value as a percentage change, 100·(v − 1) (with vs: "+17%").
+abs       the absolute value (with pct: "differ by up to 17%" for ratios either side of 1).
+
+FIGURE is the text right after the marker: a number ("666", "0.93×", "1,980") or a range
+("624–666", "0.93-1.19"), optionally bold or signed. A single number must match every selected
+value (one record, or identical values) unless the marker says `max`, `min` or `mean`; a range
+must equal [min, max] of the selected values. Each end may differ from the recomputed value by
+half a unit of its last written digit (a figure written "1.2" holds values in [1.15, 1.25]).
+
+    scripts/check_figures.py [DOCS_DIR]           # check every docs/**/*.md and README.md
+    scripts/check_figures.py --query 'MARKER'     # print the values a marker selects
+"""
+import argparse
+import json
+import math
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"<!-- figure: (.*?) -->")
+NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
+FIGURE = re.compile(r"\s*(?:\*\*)?\s*(" + NUMBER + r")(?:\s*(?:–|-|to)\s*(" + NUMBER + r"))?")
+PROBLEM_KEYS = ("batch", "heads", "seqlen", "head_dim", "causal", "dtype")
+
+
+def flatten_records(doc):
+    """One dict per measured row (see the module docstring)."""
+    recs = []
+    if isinstance(doc, dict) and "runs" in doc:
+        for run in doc["runs"]:
+            base = dict(run.get("shape", {}))
+            base["kind"] = run.get("kind")
+            base["gpu_after"] = run.get("gpu_after", {})
+            for row in run.get("rows", []):
+                recs.append({**base, **row})
+    elif isinstance(doc, dict) and "rows" in doc:
+        recs = [dict(r) for r in doc["rows"]]
+    else:
+        recs = [doc if isinstance(doc, dict) else {"value": doc}]
+    for r in recs:
+        r.setdefault("dtype", "fp16")
+    return recs
+
+
+def lookup(rec, path):
+    """The values at a dotted path; lists along the way are expanded."""
+    vals = [rec]
+    for part in path.split("."):
+        nxt = []
+        for v in vals:
+            if isinstance(v, list):
+                nxt += [x.get(part) for x in v if isinstance(x, dict) and part in x]
+            elif isinstance(v, dict) and part in v:
+                nxt.append(v[part])
+        vals = nxt
+    out = []
+    for v in vals:
+        out += v if isinstance(v, list) else [v]
+    return out
+
+
+def matches(rec, key, want):
+    got = lookup(rec, key)
+    if not got:
+        return False
+    for alt in want.split(","):
+        for g in got:
+            if isinstance(g, bool):
+                g = int(g)
+            if alt.endswith("*") and str(g).startswith(alt[:-1]):
+                return True
+            if str(g) == alt:
+                return True
+            try:
+                if float(g) == float(alt):
+                    return True
+            except (TypeError, ValueError):
+                pass
+    return False
+
+
+def parse_spec(text):
+    words = text.split()
+    spec = {"files": words[0].split(","), "filters": [], "vs": [], "field": None,
+            "scale": 1.0, "pct": False, "abs": False, "agg": None, "grep": None}
+    for w in words[1:]:
+        if w.startswith("vs:"):
+            k, _, v = w[3:].partition("=")
+            spec["vs"].append((k, v))
+        elif w.startswith("grep="):
+            spec["grep"] = w[5:].replace("\\s", " ")
+        elif w.startswith("scale="):
+            spec["scale"] = float(w[6:])
+        elif w in ("pct", "abs"):
+            spec[w] = True
+        elif w in ("max", "min", "mean"):
+            spec["agg"] = w
+        elif "=" in w:
+            spec["filters"].append(tuple(w.split("=", 1)))
+        elif spec["field"] is None:
+            spec["field"] = w
+        else:
+            raise ValueError(f"unexpected word {w!r}")
+    return spec
+
+
+def values(spec, docs):
+    """The numbers a marker selects (raises ValueError with a reason when it cannot)."""
+    out = []
+    names = []
+    for name in spec["files"]:  # a name with * is a glob (sorted)
+        found = sorted(str(p.relative_to(docs)) for p in docs.glob(name)) if "*" in name else [name]
+        if not found:
+            raise ValueError(f"{name}: no file under {docs} matches")
+        names += found
+    recs = []
+    for name in names:
+        path = docs / name
+        if not path.exists():
+            raise ValueError(f"{name}: no such file under {docs}")
+        if spec["grep"] is not None:
+            for m in re.finditer(spec["grep"], path.read_text()):
+                out.append(float(m.group(1).replace(",", "")))
+            continue
+        if spec["field"] is None:
+            raise ValueError("no FIELD named")
+        doc = json.loads(path.read_text())
+        if spec["field"].startswith("/"):
+            out += [v for v in lookup(doc, spec["field"][1:]) if isinstance(v, (int, float))]
+            continue
+        recs += flatten_records(doc)
+    # The records of all the files are pooled: a vs: partner may come from another file.
+    chosen = [r for r in recs if all(matches(r, k, v) for k, v in spec["filters"])]
+    for r in chosen:
+        vs = [v for v in lookup(r, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if spec["vs"]:
+            key = tuple(r.get(k) for k in PROBLEM_KEYS)
+            partners = [p for p in recs if tuple(p.get(k) for k in PROBLEM_KEYS) == key
+                        and all(matches(p, k, v) for k, v in spec["vs"])]
+            if len(partners) != 1:
+                raise ValueError(f"{len(partners)} records match the vs: filters for "
+                                 f"{dict(zip(PROBLEM_KEYS, key))} (need exactly one)")
+            den = [v for v in lookup(partners[0], spec["field"]) if isinstance(v, (int, float))]
+            vs = [v / den[0] for v in vs] if den else []
+        out += vs
+    if spec["pct"]:
+        out = [100 * (v - 1) for v in out]
+    if spec["abs"]:
+        out = [abs(v) for v in out]
+    out = [v * spec["scale"] for v in out]
+    if not out:
+        raise ValueError("the marker selects no value")
+    return out
+
+
+def number(text):
+    return float(text.replace(",", "").replace("−", "-"))
+
+
+def half_unit(text):
+    """Half a unit of the last written digit: the rounding a figure is written with."""
+    frac = text.split(".")[1] if "." in text else ""
+    return 0.5 * 10 ** -len(frac)
+
+
+def within(written, value):
+    return abs(number(written) - value) <= half_unit(written) * (1 + 1e-9) + 1e-12
+
+
+def check_one(spec_text, prose, docs):
+    """None if the figure after the marker is what the file says; otherwise the reason."""
+    try:
+        spec = parse_spec(spec_text)
+        vals = values(spec, docs)
+    except (ValueError, KeyError, json.JSONDecodeError, re.error) as e:
+        return f"cannot evaluate: {e}"
+    m = FIGURE.match(prose)
+    if not m:
+        return f"no figure right after the marker (found {prose[:30]!r})"
+    lo_text, hi_text = m.group(1), m.group(2)
+    shown = f"{lo_text}–{hi_text}" if hi_text else lo_text
+    lo, hi = min(vals), max(vals)
+    want = "–".join(dict.fromkeys(f"{v:.4g}" for v in (lo, hi)))
+    if hi_text:
+        if within(lo_text, lo) and within(hi_text, hi):
+            return None
+        return f"the prose says {shown}, the file gives {want} ({len(vals)} values)"
+    agg = spec["agg"]
+    if agg:
+        v = {"max": hi, "min": lo, "mean": sum(vals) / len(vals)}[agg]
+        return None if within(lo_text, v) else f"the prose says {shown}, the file's {agg} is {v:.4g}"
+    if all(within(lo_text, v) for v in vals):
+        return None
+    if len(vals) > 1:
+        return f"the prose says {shown}, the marker selects {len(vals)} values {want} (add max/min/mean, or narrow it)"
+    return f"the prose says {shown}, the file gives {vals[0]:.4g}"
+
+
+def check_text(text, docs):
+    """[(line, marker, problem)] for every marker of one document."""
+    problems = []
+    for m in MARKER.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if text.startswith("|", line_start) and "|" in m.group(1):
+            # A table cell ends at the first |, comment or not: the marker would break the table.
+            problems.append((text.count("\n", 0, m.start()) + 1, m.group(1),
+                             "a marker in a table row must not contain | (write [ai][nx], not (?:in|ax))"))
+            continue
+        problem = check_one(m.group(1), text[m.end():m.end() + 80], docs)
+        if problem:
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append((line, m.group(1), problem))
+    return problems
+
+
+def documents(docs):
+    out = sorted(docs.rglob("*.md"))
+    readme = docs.parent / "README.md"
+    if readme.exists():
+        out.append(readme)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("docs", nargs="?", default=str(ROOT / "docs"))
+    ap.add_argument("--query", help="print the values a marker's spec selects")
+    args = ap.parse_args()
+    docs = pathlib.Path(args.docs)
+    if args.query:
+        spec = args.query.replace("<!-- figure:", "").replace("-->", "").strip()
+        vals = values(parse_spec(spec), docs)
+        print(f"{len(vals)} value(s), min {min(vals):.6g}, max {max(vals):.6g}:",
+              ", ".join(f"{v:.6g}" for v in vals))
+        return 0
+    bad = total = 0
+    for path in documents(docs):
+        text = path.read_text()
+        total += len(MARKER.findall(text))
+        for line, spec, problem in check_text(text, docs):
+            print(f"{path.relative_to(docs.parent) if docs.parent in path.parents else path}:{line}: "
+                  f"{problem}\n    <!-- figure: {spec} -->")
+            bad += 1
+    print(f"{total} figure marker(s), {bad} wrong")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""scripts/check_figures.py must fail on a wrong figure (a CPU test, docs_figures_checker).
+
+Plants wrong figures next to right ones, on a synthetic results file and on the repository's own
+annotated documents, and requires the checker to accept every right one and reject every wrong
+one (including a figure that is off only by its last rounded digit, and a range with one wrong end).
+"""
+import importlib.util
+import json
+import pathlib
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("check_figures", ROOT / "scripts" / "check_figures.py")
+cf = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cf)
+
+failures = []
+
+
+def expect(ok, what, text, docs):
+    problems = cf.check_text(text, docs)
+    if ok and problems:
+        failures.append(f"{what}: rejected a right figure: {problems}")
+    if not ok and not problems:
+        failures.append(f"{what}: accepted a wrong figure")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    docs = pathlib.Path(tmp)
+    run = lambda causal, rows: {"kind": "attention", "shape": {"batch": 4, "heads": 8, "seqlen": 4096,
+                                                                "head_dim": 64, "causal": causal},
+                                "gpu_after": {"sm_clock_mhz": 1470}, "rows": rows}
+    doc = {"provenance": {"gpu": {"max_sm_clock_mhz": 1980}},
+           "runs": [run(False, [{"id": "20/a", "tflops": 440.849}, {"id": "99/cudnn", "tflops": 457.91}]),
+                    run(True, [{"id": "20/a", "tflops": 366.6}, {"id": "99/cudnn", "tflops": 377.3}])]}
+    (docs / "r.json").write_text(json.dumps(doc))
+    (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
+    m = lambda spec: f"<!-- figure: {spec} -->"
+    one = m("r.json id=20/a causal=0 tflops")
+    cases = [
+        (True, "one value", one + "441 TFLOP/s"),
+        (True, "one value, more digits", one + "440.8 TFLOP/s"),
+        (False, "one value, wrong", one + "451 TFLOP/s"),
+        (False, "one value, last digit off", one + "440.9 TFLOP/s"),
+        (True, "bold", one + "**441** TFLOP/s"),
+        (True, "a comma after the figure", one + "441, then"),
+        (True, "thousands separator", m("r.json /provenance.gpu.max_sm_clock_mhz") + "1,980 MHz"),
+        (False, "thousands separator, wrong", m("r.json /provenance.gpu.max_sm_clock_mhz") + "1,970 MHz"),
+        (True, "range", m("r.json id=20/a tflops") + "367–441"),
+        (False, "range, wrong end", m("r.json id=20/a tflops") + "367–451"),
+        (False, "two values, one figure", m("r.json id=20/a tflops") + "441"),
+        (True, "max", m("r.json id=20/a tflops max") + "441"),
+        (True, "ratio", m("r.json id=20/a tflops vs:id=99/cudnn") + "0.96–0.97×"),
+        (False, "ratio, wrong", m("r.json id=20/a tflops vs:id=99/cudnn") + "0.86–0.97×"),
+        (True, "pct", m("r.json id=99/cudnn causal=0 tflops vs:id=20/a pct") + "+4%"),
+        (True, "top level", m("r.json /provenance.gpu.max_sm_clock_mhz") + "1980 MHz"),
+        (True, "per run", m("r.json id=20/a gpu_after.sm_clock_mhz max") + "1470 MHz"),
+        (True, "glob", m("r*.json id=99/cudnn tflops") + "377–458"),
+        (True, "grep", m(r"log.txt grep=DRAM\sThroughput\s+%\s+([\d.]+)") + "6.5–59.7%"),
+        (False, "grep, wrong", m(r"log.txt grep=DRAM\sThroughput\s+%\s+([\d.]+)") + "6.5–60.7%"),
+        (False, "no such file", m("missing.json id=20/a tflops") + "441"),
+        (False, "no such row", m("r.json id=21/b tflops") + "441"),
+        (False, "no figure after the marker", one + "about 441"),
+        (True, "in a table cell", "| x | " + one + "441 |"),
+        (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
+    ]
+    for ok, what, text in cases:
+        expect(ok, what, text, docs)
+
+# The repository's own annotated documents pass, and a figure planted in a copy of one fails.
+real_docs = ROOT / "docs"
+readme = (ROOT / "README.md").read_text()
+expect(True, "README.md as committed", readme, real_docs)
+marker_at = readme.find("<!-- figure:")
+if marker_at < 0:
+    failures.append("README.md has no figure marker to plant a wrong figure after")
+else:
+    end = readme.index("-->", marker_at) + 3
+    figure = cf.FIGURE.match(readme[end:]).group(1)
+    wrong = str(cf.number(figure) * 1.1 + 1)
+    expect(False, "README.md with a planted figure", readme[:end] + wrong + readme[end + len(figure):], real_docs)
+
+for f in failures:
+    print("FAIL:", f)
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
