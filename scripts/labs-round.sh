@@ -15,7 +15,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
-labs=(L01 L02 L03 L04 L05)
+labs=(L01 L02 L03 L04 L05 L06)
 start=$SECONDS
 
 targets=()
