@@ -39,9 +39,18 @@ void show_answers() {
 std::string describe(const lab06::Stall& st) {
   const bool producer = st.waiter == int(lab06::Waiter::kProducer);
   const std::string bar = st.stage < 0 ? std::string("q_full") : fmt::format("{}[{}]", producer ? "empty" : "full", st.stage);
-  return fmt::format("deadlock: the {} (warp {} of CTA ({}, {})) waited on {} for parity {}{} for {} ms and gave up",
-                     producer ? "producer" : "consumer", st.warp, st.cta_x, st.cta_y, bar, st.parity,
-                     st.block >= 0 ? fmt::format(" (block {})", st.block) : std::string(), lab06::kStallMs);
+  return fmt::format("the {} (warp {} of CTA ({}, {})) waited on {} for parity {}{}{}", producer ? "producer" : "consumer",
+                     st.warp, st.cta_x, st.cta_y, bar, st.parity,
+                     st.block >= 0 ? fmt::format(" (block {})", st.block) : std::string(),
+                     st.timed_out ? fmt::format(" for {} ms", lab06::kStallMs) : std::string());
+}
+
+std::string describe(const lab06::Stalls& s) {
+  std::string out = "deadlock: ";
+  if (s.producer.waiter) out += describe(s.producer);
+  if (s.producer.waiter && s.consumer.waiter) out += ", and ";
+  if (s.consumer.waiter) out += describe(s.consumer);
+  return out + ", when the launch gave up";
 }
 
 }  // namespace
@@ -76,11 +85,11 @@ int main(int argc, char** argv) {
                                                   session->gpu.sm));
   try {
     const auto variants = lab::variants_of_step(lab06::kStep);
-    lab06::take_stall();  // start clean
+    lab06::take_stalls();  // start clean
     auto grid = [&](const std::vector<ladder::AttentionShape>& shapes, const ladder::RunOptions& run_options) {
       for (const auto& shape : shapes) {
         const auto run = ladder::run_attention(*session, shape, variants, run_options);
-        const lab06::Stall stall = session->context_lost ? lab06::Stall{} : lab06::take_stall();
+        const lab06::Stalls stall = session->context_lost ? lab06::Stalls{} : lab06::take_stalls();
         for (const auto& r : run.rows) {
           if (r.ceiling) continue;
           const std::string why = lab::judge(r, variants[0].variant(), ladder::Problem(shape), session->gpu.sm);
@@ -88,7 +97,7 @@ int main(int argc, char** argv) {
                      why.empty() && r.error ? fmt::format("max|err| {:.2e} (allowed {:.2e})", r.error->max_abs, r.error->tolerance) : why);
           if (!why.empty()) verdict.fail(fmt::format("{}: {}", run.shape, why));
         }
-        if (stall.waiter != int(lab06::Waiter::kNone)) {
+        if (stall.any()) {
           fmt::print("  {:<40} {}\n", "", describe(stall));
           verdict.fail(fmt::format("{}: {}", run.shape, describe(stall)));
         }

@@ -22,21 +22,27 @@ inline const char* release_name(Release r) {
   return r == Release::kAfterWait ? "after the full wait" : r == Release::kAfterScores ? "after S = Q K^T" : "after O += P V";
 }
 
-// A wait that did not complete in kStallMs: the kernel's bounded wait records the first one
-// (which thread, which barrier, which parity) and lets every wait of the launch return at once,
-// so a wrong protocol ends the launch instead of hanging the GPU.
+// A wait that did not complete in kStallMs: the kernel's bounded wait gives up, and every other
+// wait of the launch gives up at once, so a wrong protocol ends the launch instead of hanging the
+// GPU. The first producer and the first consumer that gave up leave a record (which barrier, which
+// parity, which block): what each side was waiting for when the launch gave up.
 inline constexpr int kStallMs = 250;
 enum class Waiter : int { kNone = 0, kProducer = 1, kConsumer = 2 };
-struct Stall {  // plain (a __device__ variable holds one); Stall{} is "no stall"
-  int waiter;  // Waiter
-  int stage;   // -1: the Q tile's barrier
+struct Stall {  // plain (a __device__ variable holds it); waiter == kNone: no record
+  int waiter;   // Waiter
+  int stage;    // -1: the Q tile's barrier
   int parity;
-  int block;   // i: the block's position in the CTA's processing order
+  int block;    // i: the block's position in the CTA's processing order
   int cta_x, cta_y;
-  int warp;    // warp of the CTA
+  int warp;     // warp of the CTA
+  int timed_out;  // 1: this wait ran out its kStallMs; 0: it gave up because another one had
 };
-// The first stall since the last call (waiter == kNone: none), and forget it. Defined in the
-// kernel file; needs a CUDA context.
-Stall take_stall();
+struct Stalls {
+  Stall producer, consumer;
+  bool any() const { return producer.waiter != int(Waiter::kNone) || consumer.waiter != int(Waiter::kNone); }
+};
+// The records since the last call, and forget them. Defined in the kernel file; needs a CUDA
+// context.
+Stalls take_stalls();
 
 }  // namespace lab06

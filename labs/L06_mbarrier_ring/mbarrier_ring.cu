@@ -70,14 +70,15 @@ struct Tile {
 };
 
 // ---- The bounded wait --------------------------------------------------------------------------
-// g_abort: set by the first wait of a launch that times out; every later wait of the launch
-// returns at once. g_stall: that wait's record, kept until the checker takes it (take_stall).
-struct DeviceStall {
-  unsigned seen;
-  lab06::Stall stall;
+// g_abort: set by the first wait of a launch that times out; every later wait of the launch gives
+// up at once. g_stalls: the first producer's and the first consumer's wait that gave up, kept
+// until the checker takes them (take_stalls).
+struct DeviceStalls {
+  unsigned seen[2];
+  lab06::Stall stall[2];  // producer, consumer
 };
 __device__ unsigned g_abort;
-__device__ DeviceStall g_stall;
+__device__ DeviceStalls g_stalls;
 
 #if LADDER_SM90A
 __device__ __forceinline__ bool try_wait(std::uint64_t* bar, std::uint32_t parity) {
@@ -107,11 +108,13 @@ __device__ bool ring_wait(std::uint64_t* bar, std::uint32_t parity, lab06::Waite
   const std::uint64_t start = globaltimer_ns();
   for (;;) {
     if (try_wait(bar, parity)) return true;
-    if (*static_cast<volatile unsigned*>(&g_abort)) return false;
-    if (globaltimer_ns() - start > std::uint64_t(lab06::kStallMs) * 1000000) {
-      atomicExch(&g_abort, 1u);
-      if (atomicCAS(&g_stall.seen, 0u, 1u) == 0u)
-        g_stall.stall = {int(waiter), stage, int(parity), block, int(blockIdx.x), int(blockIdx.y), int(threadIdx.x / 32)};
+    const bool timed_out = globaltimer_ns() - start > std::uint64_t(lab06::kStallMs) * 1000000;
+    if (timed_out || *static_cast<volatile unsigned*>(&g_abort)) {
+      if (timed_out) atomicExch(&g_abort, 1u);
+      const int slot = waiter == lab06::Waiter::kProducer ? 0 : 1;
+      if (atomicCAS(&g_stalls.seen[slot], 0u, 1u) == 0u)
+        g_stalls.stall[slot] = {int(waiter), stage, int(parity), block, int(blockIdx.x), int(blockIdx.y),
+                                int(threadIdx.x / 32), int(timed_out)};
       return false;
     }
   }
@@ -321,12 +324,15 @@ LADDER_REGISTER_STEP(
 }  // namespace
 
 namespace lab06 {
-Stall take_stall() {
-  DeviceStall s{};
+Stalls take_stalls() {
+  DeviceStalls s{};
   CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaMemcpyFromSymbol(&s, g_stall, sizeof(s)));
-  const DeviceStall zero{};
-  CUDA_CHECK(cudaMemcpyToSymbol(g_stall, &zero, sizeof(zero)));
-  return s.seen ? s.stall : Stall{};
+  CUDA_CHECK(cudaMemcpyFromSymbol(&s, g_stalls, sizeof(s)));
+  const DeviceStalls zero{};
+  CUDA_CHECK(cudaMemcpyToSymbol(g_stalls, &zero, sizeof(zero)));
+  Stalls out{};
+  if (s.seen[0]) out.producer = s.stall[0];
+  if (s.seen[1]) out.consumer = s.stall[1];
+  return out;
 }
 }  // namespace lab06
