@@ -147,15 +147,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int m_block = int(gridDim.y - 1 - blockIdx.y);
   const int bh = int(blockIdx.x);
   const int q_start = m_block * T::kBlockM;
-  const int consumer = warpgroup - 1;
+  const int consumer = warpgroup - 1;  // 0, 1 in the consumer warpgroups
   const int row0 = q_start + consumer * 64 + warp_in_wg * 16 + g;  // this thread's rows: row0, row0 + 8
   const std::int64_t head = std::int64_t(bh) * n * T::kHeadDim;
 
   const int kv_end = kCausal ? min(n, q_start + T::kBlockM) : n;
   const int n_blocks = ceil_div(kv_end, T::kBlockN);
+  // Blocks [0, n_full) need no mask (they end before N and, causal, before the CTA's first row).
   const int n_full = kCausal ? min(n / T::kBlockN, q_start / T::kBlockN) : n / T::kBlockN;
   const int n_masked = n_blocks - n_full;
 
+  // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
+  // other threads and to the copy engine before anyone uses them.
   if (tid == 0) {
     hopper::tma_prefetch_map(&tm_q);
     hopper::tma_prefetch_map(&tm_k);
@@ -179,6 +182,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const int stage = ring::stage(i, T::kStages);
         if (!ring_wait(&kv_empty[stage], ring::empty_parity(i, T::kStages), lab06::Waiter::kProducer, stage, i))
           break;  // the stage never emptied: issue nothing more (see ring_wait)
+        // One arrival announcing the block's bytes, then the two copies that bring them.
         const int kv_row = (n_blocks - 1 - i) * T::kBlockN;
         const int rows_in_tensor = min(T::kBlockN, n - kv_row);
         hopper::mbarrier_arrive_expect_tx(&kv_full[stage], ring::expect_bytes(T::kBlockN, T::kHeadDim, rows_in_tensor));
@@ -186,12 +190,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         hopper::tma_load_tile(s_v + stage * kKVElems, &tm_v, &kv_full[stage], kv_row, bh);
       }
     }
-    return;
+    return;  // nothing after the split waits for the producer's threads
   }
 
   // ---- Consumers ----
   hopper::setmaxnreg_inc<T::kConsumerRegisters>();
 
+  // Descriptor bases. Q: this warpgroup's 64 rows of each column block. K, V: stage 0.
   const std::uint32_t q_addr = ptx::smem_addr(s_q) + consumer * 64 * 128;
   const std::uint32_t k_addr = ptx::smem_addr(s_k);
   const std::uint32_t v_addr = ptx::smem_addr(s_v);
@@ -220,6 +225,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
     };
 
+    // The copy engine's bytes for this stage have landed when the phase completes; what it
+    // wrote is then visible to this thread (and to wgmma).
     ring_wait(&kv_full[stage], ring::full_parity(i, T::kStages), lab06::Waiter::kConsumer, stage, i);
     release_at(std::integral_constant<Release, Release::kAfterWait>{});
 
