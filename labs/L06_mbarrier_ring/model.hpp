@@ -515,7 +515,8 @@ inline Summary check(const Protocol& p) {
 inline std::string format(const Finding& f, std::size_t keep = 28) {
   std::string s = fmt::format("{}: {}\n", problem_name(f.problem), f.what);
   if (f.trace.empty()) return s;
-  s += fmt::format("  the interleaving ({}):\n", f.config.describe());
+  const bool before_any = f.trace.front().starts_with("stuck");
+  s += fmt::format("  {} ({}):\n", before_any ? "stuck before any event can happen" : "the interleaving", f.config.describe());
   const std::size_t skip = f.trace.size() > keep ? f.trace.size() - keep : 0;
   if (skip) s += fmt::format("    ... {} earlier events\n", skip);
   for (std::size_t i = skip; i < f.trace.size(); ++i) s += fmt::format("    {:>3}. {}\n", i + 1, f.trace[i]);
