@@ -7,14 +7,15 @@
 #   labs/check.sh L01 --solution   # the reference (labs/L01_*/solution/...), in build/labs-solution
 #   labs/check.sh L04 --no-time    # arguments after the lab (and --solution) go to the checker
 #
-# Exit: 0 pass, 1 a check failed, 2 bad usage or build failure, 77 no GPU (CPU parts ran).
+# Exit: 0 pass, 1 a check failed, 2 bad usage or build failure, 77 no GPU (CPU parts ran), 124 the
+# checker ran past LADDER_LAB_TIMEOUT seconds (default 900): a kernel that never finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 lab=${1:-}
-if [[ ! "$lab" =~ ^L0[1-5]$ ]]; then
-  echo "usage: labs/check.sh L01|L02|L03|L04|L05 [--solution] [checker args]" >&2
+if [[ ! "$lab" =~ ^L0[1-6]$ ]]; then
+  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06 [--solution] [checker args]" >&2
   exit 2
 fi
 shift
@@ -48,12 +49,16 @@ if [ $brc -ne 0 ] || [ ! -x "$build/bin/lab_$lab" ]; then
   exit 2
 fi
 
-"$build/bin/lab_$lab" "$@"
+# Under a timeout: a kernel that hangs (a barrier wait that never completes, and no bounded wait
+# to catch it) ends the run with exit 124 instead of holding the GPU forever.
+limit=${LADDER_LAB_TIMEOUT:-900}
+timeout "$limit" "$build/bin/lab_$lab" "$@"
 rc=$?
 case $rc in
   0) echo "(exit 0: every check passed)";;
   1) echo "(exit 1: a check failed; the lines above say which and why)";;
   77) echo "(exit 77: compiled and ran the CPU parts; no GPU to run the kernel)";;
+  124) echo "(exit 124: the checker ran past ${limit} s and was stopped: a kernel that never finished, e.g. a wait on a barrier phase that never completes)";;
   *) echo "(exit $rc: the checker itself failed)";;
 esac
 exit $rc
