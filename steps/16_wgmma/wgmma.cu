@@ -27,6 +27,7 @@
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/attention.cuh"
 #include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
 #include "common/dispatch.hpp"
@@ -54,8 +55,9 @@ struct Tile {
   static constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
-  // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
-  static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;
+  // + kSwizzleAlign: the dynamic shared memory base is rounded up to the swizzle atom (smem.cuh).
+  static constexpr std::size_t kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + hopper::kSwizzleAlign;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
   static_assert(kThreads % kChunksPerRow == 0 && (kThreads / kChunksPerRow) % 8 == 0);
 };
@@ -93,8 +95,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                  const __half* __restrict__ v, __half* __restrict__ o, int n, float scale_log2) {
 #if LADDER_SM90A
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
+  auto* smem = hopper::aligned_smem_base<__half>(smem_raw);
   __half* s_q = smem;                                    // [D/64][kBlockM][64]
   __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
   __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;

@@ -17,10 +17,10 @@
 //        WG1:  [GEMMs i  ][softmax i ][GEMMs i+1][softmax i+1] ...
 //        WG2:  ...........[GEMMs i  ][softmax i ][GEMMs i+1 ] ...
 //
-//     Turn-taking: consumer c waits on barrier 1 + c (bar.sync, 256 threads) before issuing, and
-//     after issuing arrives on the other's barrier (bar.arrive, its 128 threads). Consumer 1
-//     arrives once up front so that consumer 0 goes first, and skips its very last arrival, so
-//     that every bar.sync meets exactly one bar.arrive (n_blocks + 1 turns each).
+//     Turn-taking: consumer c waits on its turn barrier (turn_barrier(c), barriers.cuh; bar.sync,
+//     256 threads) before issuing, and after issuing arrives on the other's (bar.arrive, its 128
+//     threads). Consumer 1 arrives once up front so that consumer 0 goes first, and skips its very
+//     last arrival, so that every bar.sync meets exactly one bar.arrive (n_blocks + 1 turns each).
 //
 // What stays from step 18: the producer, the ring, the tiles and the arithmetic. The variants
 // are the ablation (registration block): the in-warpgroup overlap alone, with the ping-pong, and
@@ -35,7 +35,9 @@
 #include "common/check.hpp"
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/attention.cuh"
+#include "common/device/hopper/barriers.cuh"
 #include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/tma.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
@@ -67,8 +69,9 @@ struct Tile {
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
   static constexpr std::size_t kBarrierBytes = (1 + 2 * kStages) * sizeof(std::uint64_t);
-  // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
-  static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  // + kSwizzleAlign: the dynamic shared memory base is rounded up to the swizzle atom (smem.cuh).
+  static constexpr std::size_t kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + hopper::kSwizzleAlign;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
   static_assert(kProducerRegisters * kWarpgroupThreads +
                     kConsumerRegisters * kWarpgroups * kWarpgroupThreads <= 65536);
@@ -84,8 +87,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                float scale_log2) {
 #if LADDER_SM90A
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
+  auto* smem = hopper::aligned_smem_base<__half>(smem_raw);
   __half* s_q = smem;                                    // [D/64][kBlockM][64]
   __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
   __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
@@ -157,13 +159,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // ---- Consumers ----
   hopper::setmaxnreg_inc<T::kConsumerRegisters>();
 
-  // Ping-pong turns: named barrier 1 + c is "consumer c may issue its GEMMs".
+  // Ping-pong turns: turn_barrier(c) is "consumer c may issue its GEMMs".
   constexpr int kTurnThreads = 2 * kWarpgroupThreads;
   auto wait_turn = [&] {
-    if constexpr (T::kPingPong) hopper::named_barrier_sync<kTurnThreads>(1 + consumer);
+    if constexpr (T::kPingPong)
+      hopper::named_barrier_sync<kTurnThreads>(hopper::turn_barrier(consumer));
   };
   auto pass_turn = [&] {
-    if constexpr (T::kPingPong) hopper::named_barrier_arrive<kTurnThreads>(1 + (consumer ^ 1));
+    if constexpr (T::kPingPong)
+      hopper::named_barrier_arrive<kTurnThreads>(hopper::turn_barrier(consumer ^ 1));
   };
   if (consumer == 1) pass_turn();  // consumer 0 issues first
 
