@@ -2,7 +2,8 @@
 //
 // Step 06 is FlashAttention-2 on mma.sync: a warp multiplies 16×16 by 16×8 tiles whose operands
 // it has first copied from shared memory into registers with ldmatrix. On Hopper that instruction
-// reaches about two thirds of the tensor cores' peak. This step changes only the instruction:
+// leaves part of the tensor cores' rate unused (docs/part4_hopper.md). This step changes only the
+// instruction:
 //
 //   * S = Q Kᵀ is wgmma.m64nNk16 with both operands in shared memory, read by the tensor cores
 //     through descriptors (no ldmatrix, no operand registers): each warpgroup (4 warps) computes

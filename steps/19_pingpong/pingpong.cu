@@ -2,8 +2,8 @@
 //
 // In step 18 a consumer warpgroup alternates: tensor cores busy (S = Q Kᵀ), then idle while it
 // computes the softmax on the CUDA cores and the special-function unit (exp2), then busy again
-// (O += P V). The softmax is a large fraction of a block's time — exp2 runs at 1/16 the tensor
-// cores' rate per element on Hopper — so the tensor cores idle for that long. Two changes hide it:
+// (O += P V). The exponentials alone run far below the tensor cores' rate, so the tensor cores
+// idle for a large part of every block. Two changes hide it:
 //
 //   * Within a warpgroup (software pipelining): in iteration i the warpgroup issues S_i = Q K_iᵀ
 //     and then O += P_{i-1} V_{i-1} before doing anything else, waits only for S_i
@@ -24,8 +24,8 @@
 //
 // What stays from step 18: the producer, the ring, the tiles and the arithmetic. The variants
 // are the ablation (registration block): the in-warpgroup overlap alone, with the ping-pong, and
-// with a third ring stage — with the overlap a warpgroup holds K_i and V_{i-1} at once, and two
-// stages starved it (docs/19_pingpong.md).
+// with a third ring stage — with the overlap a warpgroup holds K_i and V_{i-1} at once, so with two
+// stages the producer has no stage to fill ahead of it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -255,10 +255,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<1>();  // S_i is done; P_{i-1} V_{i-1} may still run
     hopper::fence_registers(s);
     softmax_block(s, i, masked, rescale);
-    // What runs under P_{i-1} V_{i-1} is up to ptxas: the SASS shows the mask and the row maxima
-    // before the wait below and the exponentials, which overwrite S's accumulator registers,
-    // after it (docs/19_pingpong.md: writing P to separate registers instead made ptxas
-    // serialize every wgmma, warning C7513).
+    // What runs under P_{i-1} V_{i-1} is up to ptxas. P overwrites S's accumulator registers in
+    // place: written to separate registers, it makes ptxas serialize every wgmma (warning C7513;
+    // docs/19_pingpong.md).
     hopper::wgmma_wait<0>();  // P_{i-1} V_{i-1} is done: O and p may be touched, V_{i-1} freed
     hopper::fence_registers(acc_o);
     release(prev_stage);
