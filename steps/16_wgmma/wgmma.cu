@@ -2,13 +2,15 @@
 //
 // Step 06 is FlashAttention-2 on mma.sync: a warp multiplies 16×16 by 16×8 tiles whose operands
 // it has first copied from shared memory into registers with ldmatrix. On Hopper that instruction
-// reaches about two thirds of the tensor cores' peak. This step changes only the instruction:
+// leaves part of the tensor cores' rate unused (docs/part4_hopper.md). This step changes only the
+// instruction:
 //
 //   * S = Q Kᵀ is wgmma.m64nNk16 with both operands in shared memory, read by the tensor cores
 //     through descriptors (no ldmatrix, no operand registers): each warpgroup (4 warps) computes
 //     its 64 query rows × kBlockN keys in D/16 instructions.
-//   * O += P V is wgmma with A = P from registers (the S accumulator converted to fp16 in place,
-//     as in FA2) and B = V from shared memory, read transposed by the hardware (MN-major).
+//   * O += P V is wgmma with A = P from registers (the S accumulator converted to the element
+//     type in place, as in FA2) and B = V from shared memory, read transposed by the hardware
+//     (MN-major).
 //
 // What stays from step 06: cp.async loads into a two-stage K/V double buffer with one
 // __syncthreads per block, reverse iteration with the masked blocks first, the online softmax.
@@ -17,6 +19,10 @@
 // warpgroup's 64.
 //
 // CTA: 2 warpgroups × 64 query rows = kBlockM 128; K/V blocks of kBlockN = 128 keys.
+//
+// The element type (fp16 or bf16) is a template parameter from here on: only wgmma's type suffix,
+// P's conversion to the A operand and O's to the output depend on it (common/device/hopper/).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +33,7 @@
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/attention.cuh"
 #include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
 #include "common/dispatch.hpp"
@@ -43,8 +50,9 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_>
+template <int kHeadDim_, class Element_ = __half>
 struct Tile {
+  using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;
   static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
@@ -52,10 +60,11 @@ struct Tile {
   static constexpr int kBlockN = 128;               // keys per K/V block
   static constexpr int kStages = 2;                 // K/V double buffer
   static constexpr int kChunksPerRow = kHeadDim / 8;   // 16-byte chunks
-  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
-  // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
-  static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  // + kSwizzleAlign: the dynamic shared memory base is rounded up to the swizzle atom (smem.cuh).
+  static constexpr std::size_t kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + hopper::kSwizzleAlign;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
   static_assert(kThreads % kChunksPerRow == 0 && (kThreads / kChunksPerRow) % 8 == 0);
 };
@@ -65,12 +74,13 @@ struct Tile {
 // (c % 8) ^ (r % 8) of the row: the layout TMA produces in step 17 and wgmma reads. A thread's
 // chunk and its row % 8 never change between passes, so the swizzled offset is computed once.
 template <class T, int kRows, bool kCheckBounds>
-__device__ __forceinline__ void load_tile(__half* smem, const __half* tile, int rows_left, int tid) {
+__device__ __forceinline__ void load_tile(typename T::Element* smem, const typename T::Element* tile,
+                                          int rows_left, int tid) {
   constexpr int kRowsPerPass = T::kThreads / T::kChunksPerRow;
   const int chunk = tid % T::kChunksPerRow;
   const int first_row = tid / T::kChunksPerRow;
-  __half* dst = smem + (chunk / 8) * kRows * 64 + first_row * 64 + ((chunk % 8) ^ (first_row % 8)) * 8;
-  const __half* src = tile + first_row * T::kHeadDim + chunk * 8;
+  auto* dst = smem + (chunk / 8) * kRows * 64 + first_row * 64 + ((chunk % 8) ^ (first_row % 8)) * 8;
+  const auto* src = tile + first_row * T::kHeadDim + chunk * 8;
 #pragma unroll
   for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
     const int row = first_row + pass * kRowsPerPass;
@@ -89,15 +99,16 @@ __device__ __forceinline__ void load_tile(__half* smem, const __half* tile, int 
 // first, as in step 06's h200 variant).
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    wgmma_kernel(const __half* __restrict__ q, const __half* __restrict__ k,
-                 const __half* __restrict__ v, __half* __restrict__ o, int n, float scale_log2) {
+    wgmma_kernel(const typename T::Element* __restrict__ q, const typename T::Element* __restrict__ k,
+                 const typename T::Element* __restrict__ v, typename T::Element* __restrict__ o, int n,
+                 float scale_log2) {
 #if LADDER_SM90A
+  using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
-  __half* s_q = smem;                                    // [D/64][kBlockM][64]
-  __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
-  __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
+  auto* smem = hopper::aligned_smem_base<Element>(smem_raw);
+  Element* s_q = smem;                                    // [D/64][kBlockM][64]
+  Element* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
+  Element* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
   constexpr int kKVElems = T::kBlockN * T::kHeadDim;
 
   const int tid = threadIdx.x;
@@ -166,7 +177,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
       const std::uint32_t col = (kk % 4) * 32;  // bytes into the 128-byte row
-      hopper::Wgmma<T::kBlockN>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
+      hopper::Wgmma<T::kBlockN, Element>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
                                     hopper::desc_k_major(k_stage + (kk / 4) * kKVColumnBlock + col),
                                     kk > 0);
     }
@@ -183,14 +194,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::online_softmax<T::kBlockN>(s, row_max, row_sum, scale_log2, rescale);
     hopper::rescale_o<T::kHeadDim>(acc_o, rescale);
     std::uint32_t p[T::kBlockN / 16][4];
-    hopper::p_to_a<T::kBlockN>(s, p);
+    hopper::p_to_a<T::kBlockN, Element>(s, p);
 
     // O += P V: kBlockN/16 k-steps of 16 keys; the V descriptor advances 16 rows (2048 bytes).
     const std::uint32_t v_stage = v_addr + stage * kStageBytes;
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-      hopper::Wgmma<T::kHeadDim>::rs(acc_o, p[kk],
+      hopper::Wgmma<T::kHeadDim, Element>::rs(acc_o, p[kk],
                                      hopper::desc_mn_major(v_stage + kk * 16 * 128, kKVColumnBlock));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
@@ -209,31 +220,47 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- Host side --------------------------------------------------------------------------------
-template <int kHeadDim, bool kCausal>
-void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
-  using T = Tile<kHeadDim>;
+template <class T, bool kCausal>
+void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
+  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
   auto* kernel = wgmma_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
-  const dim3 grid(a.shape.batch * a.shape.heads, ceil_div(a.shape.seqlen, T::kBlockM));
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a.q, a.k, a.v, a.o, a.shape.seqlen,
-                                                       a.softmax_scale * ladder::kLog2e);
+  const auto& sh = args.shape;
+  const dim3 grid(sh.batch * sh.heads, ceil_div(sh.seqlen, T::kBlockM));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(a.q, a.k, a.v, a.o, sh.seqlen,
+                                                       args.softmax_scale * ladder::kLog2e);
   CUDA_CHECK_LAUNCH("wgmma_kernel");
 }
 
-void launch(const AttentionArgs& a, cudaStream_t stream) {
+template <class Element>
+void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    if (a.shape.causal) launch_tile<kHeadDim, true>(a, stream);
-    else launch_tile<kHeadDim, false>(a, stream);
+    using T = Tile<kHeadDim, Element>;
+    if (a.shape.causal) launch_tile<T, true>(a, stream);
+    else launch_tile<T, false>(a, stream);
   });
+}
+
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<__nv_bfloat16>(a, stream);
+  else launch_element<__half>(a, stream);
 }
 
 template <int kHeadDim>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim>;
-  const auto name = ladder::strprintf("wgmma_kernel<D=%d,%dx%d>", kHeadDim, T::kBlockM, T::kBlockN);
-  return {ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  std::vector<ladder::KernelInfo> out;
+  auto add = [&]<class Element>(const char* type) {
+    using T = Tile<kHeadDim, Element>;
+    const auto name = ladder::strprintf("wgmma_kernel<D=%d,%dx%d%s>", kHeadDim, T::kBlockM,
+                                        T::kBlockN, type);
+    out.push_back(ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
+  };
+  add.template operator()<__half>("");
+  add.template operator()<__nv_bfloat16>(",bf16");
+  return out;
 }
 
 LADDER_REGISTER_STEP(
@@ -242,6 +269,7 @@ LADDER_REGISTER_STEP(
                                        launch)
                  .needs_sm(90)
                  .for_head_dims({64, 128})
+                 .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
                  .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
                  .with_kernels([](int d) { return d == 128 ? kernels<128>() : kernels<64>(); }))
         .main_is("wgmma"));

@@ -19,6 +19,7 @@
 //     the loads to a producer warpgroup and replaces it with "empty" barriers.
 //
 // What stays from step 16: the tiles, the wgmma calls, the softmax, the epilogue.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -29,6 +30,7 @@
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/attention.cuh"
 #include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/tma.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
@@ -46,19 +48,21 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_>
+template <int kHeadDim_, class Element_ = __half>
 struct Tile {
+  using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;
   static constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
   static constexpr int kBlockM = 64 * kWarpgroups;  // query rows per CTA
   static constexpr int kBlockN = 128;               // keys per K/V block
   static constexpr int kStages = 2;                 // K/V ring depth
-  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
   static constexpr std::size_t kBarrierBytes = (1 + kStages) * sizeof(std::uint64_t);
-  // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
-  static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  // + kSwizzleAlign: the dynamic shared memory base is rounded up to the swizzle atom (smem.cuh).
+  static constexpr std::size_t kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + hopper::kSwizzleAlign;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
 };
 
@@ -68,15 +72,15 @@ struct Tile {
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-               const __grid_constant__ CUtensorMap tm_v, __half* __restrict__ o, int n,
+               const __grid_constant__ CUtensorMap tm_v, typename T::Element* __restrict__ o, int n,
                float scale_log2) {
 #if LADDER_SM90A
+  using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
-  __half* s_q = smem;                                    // [D/64][kBlockM][64]
-  __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
-  __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
+  auto* smem = hopper::aligned_smem_base<Element>(smem_raw);
+  Element* s_q = smem;                                    // [D/64][kBlockM][64]
+  Element* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
+  Element* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
   constexpr int kKVElems = T::kBlockN * T::kHeadDim;
   auto* q_full = reinterpret_cast<std::uint64_t*>(s_v + T::kStages * kKVElems);
   std::uint64_t* kv_full = q_full + 1;  // [kStages]
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
       const std::uint32_t col = (kk % 4) * 32;  // bytes into the 128-byte row
-      hopper::Wgmma<T::kBlockN>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
+      hopper::Wgmma<T::kBlockN, Element>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
                                     hopper::desc_k_major(k_stage + (kk / 4) * kKVColumnBlock + col),
                                     kk > 0);
     }
@@ -178,14 +182,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::online_softmax<T::kBlockN>(s, row_max, row_sum, scale_log2, rescale);
     hopper::rescale_o<T::kHeadDim>(acc_o, rescale);
     std::uint32_t p[T::kBlockN / 16][4];
-    hopper::p_to_a<T::kBlockN>(s, p);
+    hopper::p_to_a<T::kBlockN, Element>(s, p);
 
     // O += P V: kBlockN/16 k-steps of 16 keys; the V descriptor advances 16 rows (2048 bytes).
     const std::uint32_t v_stage = v_addr + stage * kStageBytes;
     hopper::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-      hopper::Wgmma<T::kHeadDim>::rs(acc_o, p[kk],
+      hopper::Wgmma<T::kHeadDim, Element>::rs(acc_o, p[kk],
                                      hopper::desc_mn_major(v_stage + kk * 16 * 128, kKVColumnBlock));
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
@@ -209,37 +213,52 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- Host side --------------------------------------------------------------------------------
-template <int kHeadDim, bool kCausal>
-void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
-  using T = Tile<kHeadDim>;
+template <class T, bool kCausal>
+void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
+  constexpr int kHeadDim = T::kHeadDim;
+  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
   auto* kernel = tma_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
-  const auto& sh = a.shape;
+  const auto& sh = args.shape;
   const int bh = sh.batch * sh.heads;
   const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, bh, sh.seqlen, kHeadDim, T::kBlockM);
   const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, bh, sh.seqlen, kHeadDim, T::kBlockN);
   const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, bh, sh.seqlen, kHeadDim, T::kBlockN);
   const dim3 grid(bh, ceil_div(sh.seqlen, T::kBlockM));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, a.o, sh.seqlen,
-                                                       a.softmax_scale * ladder::kLog2e);
+                                                       args.softmax_scale * ladder::kLog2e);
   CUDA_CHECK_LAUNCH("tma_kernel");
 }
 
-void launch(const AttentionArgs& a, cudaStream_t stream) {
+template <class Element>
+void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    if (a.shape.causal) launch_tile<kHeadDim, true>(a, stream);
-    else launch_tile<kHeadDim, false>(a, stream);
+    using T = Tile<kHeadDim, Element>;
+    if (a.shape.causal) launch_tile<T, true>(a, stream);
+    else launch_tile<T, false>(a, stream);
   });
+}
+
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<__nv_bfloat16>(a, stream);
+  else launch_element<__half>(a, stream);
 }
 
 template <int kHeadDim>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim>;
-  const auto name = ladder::strprintf("tma_kernel<D=%d,%dx%d,%d stages>", kHeadDim, T::kBlockM,
-                                      T::kBlockN, T::kStages);
-  return {ladder::kernel(name, tma_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", tma_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  std::vector<ladder::KernelInfo> out;
+  auto add = [&]<class Element>(const char* type) {
+    using T = Tile<kHeadDim, Element>;
+    const auto name = ladder::strprintf("tma_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim, T::kBlockM,
+                                        T::kBlockN, T::kStages, type);
+    out.push_back(ladder::kernel(name, tma_kernel<T, false>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name + " causal", tma_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
+  };
+  add.template operator()<__half>("");
+  add.template operator()<__nv_bfloat16>(",bf16");
+  return out;
 }
 
 LADDER_REGISTER_STEP(
@@ -248,6 +267,7 @@ LADDER_REGISTER_STEP(
                                        launch)
                  .needs_sm(90)
                  .for_head_dims({64, 128})
+                 .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
                  .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
                  .with_kernels([](int d) { return d == 128 ? kernels<128>() : kernels<64>(); }))
         .main_is("tma"));

@@ -2,8 +2,8 @@
 //
 // In step 18 a consumer warpgroup alternates: tensor cores busy (S = Q Kᵀ), then idle while it
 // computes the softmax on the CUDA cores and the special-function unit (exp2), then busy again
-// (O += P V). The softmax is a large fraction of a block's time — exp2 runs at 1/16 the tensor
-// cores' rate per element on Hopper — so the tensor cores idle for that long. Two changes hide it:
+// (O += P V). The exponentials alone run far below the tensor cores' rate, so the tensor cores
+// idle for a large part of every block. Two changes hide it:
 //
 //   * Within a warpgroup (software pipelining): in iteration i the warpgroup issues S_i = Q K_iᵀ
 //     and then O += P_{i-1} V_{i-1} before doing anything else, waits only for S_i
@@ -17,15 +17,16 @@
 //        WG1:  [GEMMs i  ][softmax i ][GEMMs i+1][softmax i+1] ...
 //        WG2:  ...........[GEMMs i  ][softmax i ][GEMMs i+1 ] ...
 //
-//     Turn-taking: consumer c waits on barrier 1 + c (bar.sync, 256 threads) before issuing, and
-//     after issuing arrives on the other's barrier (bar.arrive, its 128 threads). Consumer 1
-//     arrives once up front so that consumer 0 goes first, and skips its very last arrival, so
-//     that every bar.sync meets exactly one bar.arrive (n_blocks + 1 turns each).
+//     Turn-taking: consumer c waits on its turn barrier (turn_barrier(c), barriers.cuh; bar.sync,
+//     256 threads) before issuing, and after issuing arrives on the other's (bar.arrive, its 128
+//     threads). Consumer 1 arrives once up front so that consumer 0 goes first, and skips its very
+//     last arrival, so that every bar.sync meets exactly one bar.arrive (n_blocks + 1 turns each).
 //
 // What stays from step 18: the producer, the ring, the tiles and the arithmetic. The variants
 // are the ablation (registration block): the in-warpgroup overlap alone, with the ping-pong, and
-// with a third ring stage — with the overlap a warpgroup holds K_i and V_{i-1} at once, and two
-// stages starved it (docs/19_pingpong.md).
+// with a third ring stage — with the overlap a warpgroup holds K_i and V_{i-1} at once, so with two
+// stages the producer has no stage to fill ahead of it.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -35,7 +36,9 @@
 #include "common/check.hpp"
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/attention.cuh"
+#include "common/device/hopper/barriers.cuh"
 #include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/tma.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
@@ -53,8 +56,9 @@ namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
 
-template <int kHeadDim_, int kStages_, bool kPingPong_>
+template <int kHeadDim_, int kStages_, bool kPingPong_, class Element_ = __half>
 struct Tile {
+  using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kWarpgroups = 2;  // consumers
   static constexpr int kThreads = (1 + kWarpgroups) * kWarpgroupThreads;  // + the producer
@@ -64,11 +68,12 @@ struct Tile {
   static constexpr int kBlockN = 128;               // keys per K/V block
   static constexpr int kStages = kStages_;          // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;     // consumers take turns issuing their GEMMs
-  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(__half);
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(__half);
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
   static constexpr std::size_t kBarrierBytes = (1 + 2 * kStages) * sizeof(std::uint64_t);
-  // +1024: the dynamic shared memory base is rounded up to the swizzle atom's alignment.
-  static constexpr std::size_t kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + 1024;
+  // + kSwizzleAlign: the dynamic shared memory base is rounded up to the swizzle atom (smem.cuh).
+  static constexpr std::size_t kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + hopper::kSwizzleAlign;
   static_assert(kHeadDim % 64 == 0 && kBlockM % kBlockN == 0);
   static_assert(kProducerRegisters * kWarpgroupThreads +
                     kConsumerRegisters * kWarpgroups * kWarpgroupThreads <= 65536);
@@ -80,15 +85,15 @@ struct Tile {
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     pingpong_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-               const __grid_constant__ CUtensorMap tm_v, __half* __restrict__ o, int n,
+               const __grid_constant__ CUtensorMap tm_v, typename T::Element* __restrict__ o, int n,
                float scale_log2) {
 #if LADDER_SM90A
+  using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
-  auto* smem = reinterpret_cast<__half*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                         ~std::uintptr_t(1023));
-  __half* s_q = smem;                                    // [D/64][kBlockM][64]
-  __half* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
-  __half* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
+  auto* smem = hopper::aligned_smem_base<Element>(smem_raw);
+  Element* s_q = smem;                                    // [D/64][kBlockM][64]
+  Element* s_k = s_q + T::kBlockM * T::kHeadDim;          // [kStages][D/64][kBlockN][64]
+  Element* s_v = s_k + T::kStages * T::kBlockN * T::kHeadDim;
   constexpr int kKVElems = T::kBlockN * T::kHeadDim;
   auto* q_full = reinterpret_cast<std::uint64_t*>(s_v + T::kStages * kKVElems);
   std::uint64_t* kv_full = q_full + 1;             // [kStages]: the copies have landed
@@ -157,13 +162,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // ---- Consumers ----
   hopper::setmaxnreg_inc<T::kConsumerRegisters>();
 
-  // Ping-pong turns: named barrier 1 + c is "consumer c may issue its GEMMs".
+  // Ping-pong turns: turn_barrier(c) is "consumer c may issue its GEMMs".
   constexpr int kTurnThreads = 2 * kWarpgroupThreads;
   auto wait_turn = [&] {
-    if constexpr (T::kPingPong) hopper::named_barrier_sync<kTurnThreads>(1 + consumer);
+    if constexpr (T::kPingPong)
+      hopper::named_barrier_sync<kTurnThreads>(hopper::turn_barrier(consumer));
   };
   auto pass_turn = [&] {
-    if constexpr (T::kPingPong) hopper::named_barrier_arrive<kTurnThreads>(1 + (consumer ^ 1));
+    if constexpr (T::kPingPong)
+      hopper::named_barrier_arrive<kTurnThreads>(hopper::turn_barrier(consumer ^ 1));
   };
   if (consumer == 1) pass_turn();  // consumer 0 issues first
 
@@ -189,7 +196,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
       const std::uint32_t col = (kk % 4) * 32;  // bytes into the 128-byte row
-      hopper::Wgmma<T::kBlockN>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
+      hopper::Wgmma<T::kBlockN, Element>::ss(s, hopper::desc_k_major(q_addr + (kk / 4) * kQColumnBlock + col),
                                     hopper::desc_k_major(k_stage + (kk / 4) * kKVColumnBlock + col),
                                     kk > 0);
     }
@@ -198,7 +205,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const std::uint32_t v_stage = v_addr + stage * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-      hopper::Wgmma<T::kHeadDim>::rs(acc_o, p[kk],
+      hopper::Wgmma<T::kHeadDim, Element>::rs(acc_o, p[kk],
                                      hopper::desc_mn_major(v_stage + kk * 16 * 128, kKVColumnBlock));
   };
   // One warp's arrival per stage, once its lanes are past the wait for the product that read it.
@@ -231,7 +238,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   hopper::wgmma_wait<0>();
   hopper::fence_registers(s);
   softmax_block(s, 0, std::true_type{}, rescale);
-  hopper::p_to_a<T::kBlockN>(s, p);
+  hopper::p_to_a<T::kBlockN, Element>(s, p);
 
   // Block i: issue S_i and P_{i-1} V_{i-1}; softmax(S_i) under the second product.
   auto iteration = [&](int i, auto masked) {
@@ -248,15 +255,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<1>();  // S_i is done; P_{i-1} V_{i-1} may still run
     hopper::fence_registers(s);
     softmax_block(s, i, masked, rescale);
-    // What runs under P_{i-1} V_{i-1} is up to ptxas: the SASS shows the mask and the row maxima
-    // before the wait below and the exponentials, which overwrite S's accumulator registers,
-    // after it (docs/19_pingpong.md: writing P to separate registers instead made ptxas
-    // serialize every wgmma, warning C7513).
+    // What runs under P_{i-1} V_{i-1} is up to ptxas. P overwrites S's accumulator registers in
+    // place: written to separate registers, it makes ptxas serialize every wgmma (warning C7513;
+    // docs/19_pingpong.md).
     hopper::wgmma_wait<0>();  // P_{i-1} V_{i-1} is done: O and p may be touched, V_{i-1} freed
     hopper::fence_registers(acc_o);
     release(prev_stage);
     hopper::rescale_o<T::kHeadDim>(acc_o, rescale);
-    hopper::p_to_a<T::kBlockN>(s, p);
+    hopper::p_to_a<T::kBlockN, Element>(s, p);
   };
   int i = 1;
   for (; i < n_masked; ++i) iteration(i, std::true_type{});
@@ -282,39 +288,53 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
 // ---- Host side --------------------------------------------------------------------------------
 template <class T, bool kCausal>
-void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
+void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   constexpr int kHeadDim = T::kHeadDim;
+  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
   auto* kernel = pingpong_kernel<T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(T::kSmemBytes)));
-  const auto& sh = a.shape;
+  const auto& sh = args.shape;
   const int bh = sh.batch * sh.heads;
   const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, bh, sh.seqlen, kHeadDim, T::kBlockM);
   const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, bh, sh.seqlen, kHeadDim, T::kBlockN);
   const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, bh, sh.seqlen, kHeadDim, T::kBlockN);
   const dim3 grid(bh, ceil_div(sh.seqlen, T::kBlockM));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, a.o, sh.seqlen,
-                                                       a.softmax_scale * ladder::kLog2e);
+                                                       args.softmax_scale * ladder::kLog2e);
   CUDA_CHECK_LAUNCH("pingpong_kernel");
 }
 
-template <int kStages, bool kPingPong>
-void launch(const AttentionArgs& a, cudaStream_t stream) {
+template <int kStages, bool kPingPong, class Element>
+void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-    using T = Tile<kHeadDim, kStages, kPingPong>;
+    using T = Tile<kHeadDim, kStages, kPingPong, Element>;
     if (a.shape.causal) launch_tile<T, true>(a, stream);
     else launch_tile<T, false>(a, stream);
   });
 }
 
+template <int kStages, bool kPingPong>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<kStages, kPingPong, __nv_bfloat16>(a, stream);
+  else launch_element<kStages, kPingPong, __half>(a, stream);
+}
+
 template <int kHeadDim, int kStages, bool kPingPong>
 std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile<kHeadDim, kStages, kPingPong>;
-  const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
-                                      T::kBlockM, T::kBlockN, T::kStages,
-                                      kPingPong ? "" : ",no ping-pong");
-  return {ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  std::vector<ladder::KernelInfo> out;
+  auto add = [&]<class Element>(const char* type) {
+    using T = Tile<kHeadDim, kStages, kPingPong, Element>;
+    const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim,
+                                        T::kBlockM, T::kBlockN, T::kStages,
+                                        kPingPong ? "" : ",no ping-pong", type);
+    out.push_back(ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
+  };
+  add.template operator()<__half>("");
+  add.template operator()<__nv_bfloat16>(",bf16");
+  return out;
 }
 
 template <int kStages, bool kPingPong>
@@ -322,6 +342,7 @@ ladder::Variant variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kStages, kPingPong>)
       .needs_sm(90)
       .for_head_dims({64, 128})
+      .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .with_kernels([](int d) {
         return d == 128 ? kernels<128, kStages, kPingPong>() : kernels<64, kStages, kPingPong>();
