@@ -1,4 +1,4 @@
-// The attention arithmetic on wgmma fragments, shared by steps 16-20: the element mask, the
+// The attention arithmetic on wgmma fragments, shared by steps 16-22: the element mask, the
 // online softmax, P as the A operand of P·V, and the final normalisation and store. It is step
 // 06's code (FlashAttention-2's), re-indexed for a warpgroup's 64 × N accumulator
 // (wgmma.cuh): a thread holds rows r and r + 8, and for each n8 column tile j the pairs
