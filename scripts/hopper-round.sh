@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Part IV's GPU round (steps 16-21, sm_90a), in one device call: build (or use carried binaries),
+# Part IV's GPU round (steps 16-22, sm_90a), in one device call: build (or use carried binaries),
 # the GPU tests of each Hopper step, compute-sanitizer on a small ragged problem, the ladder at the
 # issue's shapes with step 06 beside it, PyTorch's SDPA (FlashAttention-2 and cuDNN backends) and
 # the fp16 GEMM ceiling measured in the same call, and Nsight Compute on the top step. Every stage
@@ -15,7 +15,7 @@
 #                                   the GPU machine to save its build time); used when they run
 #                                   there, else the build stage builds them in LADDER_HOPPER_BUILD
 #              LADDER_HOPPER_BUILD  build folder (default build/hopper-gpu)
-#              LADDER_HOPPER_STEPS  steps to test and time (default "16 17 18 19 20 21")
+#              LADDER_HOPPER_STEPS  steps to test and time (default "16 17 18 19 20 21 22")
 #              LADDER_TEST_STEPS    steps to test and sanitize (default LADDER_HOPPER_STEPS)
 #              LADDER_NCU_IDS       variants profiled by ncu (default "18/ws 20/persistent")
 #              LADDER_DTYPE         fp16 (default) or bf16: the element type of the ladder and peers
@@ -36,7 +36,7 @@ summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 build=${LADDER_HOPPER_BUILD:-build/hopper-gpu}
-read -r -a steps <<<"${LADDER_HOPPER_STEPS:-16 17 18 19 20 21}"
+read -r -a steps <<<"${LADDER_HOPPER_STEPS:-16 17 18 19 20 21 22}"
 read -r -a test_steps <<<"${LADDER_TEST_STEPS:-${steps[*]}}"
 read -r -a ncu_ids <<<"${LADDER_NCU_IDS:-18/ws 20/persistent}"
 dtype=${LADDER_DTYPE:-fp16}
@@ -45,7 +45,7 @@ suffix=""
 bin="$build/bin"
 tests="$build/tests/gpu_tests"
 capi="$build/lib/libladder_capi.so"
-read -r -a crosscheck_ids <<<"${LADDER_CROSSCHECK_IDS:-20/persistent_3stage 21/three_consumers_4stage 99/cudnn}"
+read -r -a crosscheck_ids <<<"${LADDER_CROSSCHECK_IDS:-20/persistent 21/snake 22/three_consumers 99/cudnn}"
 note "hopper round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, steps ${steps[*]}, stages ${stages[*]}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit \
   --format=csv >>"$summary" 2>&1
@@ -127,7 +127,8 @@ fi
 
 if has ladder; then
   declare -A step_variants=([16]="wgmma" [17]="tma" [18]="ws" [19]="overlap pingpong pingpong_3stage"
-                           [20]="persistent persistent_3stage persistent_snake persistent_dynamic" [21]="three_consumers three_consumers_4stage")
+                           [20]="persistent" [21]="snake dynamic"
+                           [22]="three_consumers three_consumers_3stage")
   variants=(--variant 06/h200)
   for s in "${steps[@]}"; do for v in ${step_variants[$s]}; do variants+=(--variant "$s/$v"); done; done
   common=(--track attention --steps "6,$(IFS=,; echo "${steps[*]}")" "${variants[@]}" --ref-rows 256
@@ -220,7 +221,7 @@ if has ncu; then
   start=$SECONDS
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   declare -A kernel_of=([16]=wgmma_kernel [17]=tma_kernel [18]=ws_kernel [19]=pingpong_kernel [20]=persistent_kernel
-                     [21]=three_consumers_kernel)
+                     [21]=persistent_kernel [22]=three_consumers_kernel)
   for id in "${ncu_ids[@]}"; do
     s=${id%%/*}
     for d in 128 64; do

@@ -11,7 +11,7 @@ replay, so Python's dispatch (13-17% of the time at small sizes when timed eager
 measurement; a backend that cannot be captured is timed eagerly and its row says so.
 
     python3 scripts/peers.py --out peers.json [--quick] [--dtype bf16]
-        [--ladder-lib build/gpu/lib/libladder_capi.so --ladder-variants 20/persistent_3stage,99/cudnn]
+        [--ladder-lib build/gpu/lib/libladder_capi.so --ladder-variants 20/persistent,99/cudnn]
 
 With --ladder-lib, the ladder's own variants (through its C interface, common/apps/capi.cpp) are
 timed here too, beside PyTorch's backends, on the same tensors and with the same method: a ratio
@@ -178,7 +178,7 @@ def main():
                     help="the ladder's benchmark grid, or Part IV's target shapes")
     ap.add_argument("--ladder-lib", help="libladder_capi.so: also time the ladder's variants here")
     ap.add_argument("--ladder-variants", default="",
-                    help="comma-separated variant ids for --ladder-lib (e.g. 20/persistent_3stage,99/cudnn)")
+                    help="comma-separated variant ids for --ladder-lib (e.g. 20/persistent,99/cudnn)")
     ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                     help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate)")
     args = ap.parse_args()

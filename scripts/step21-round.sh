@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Step 21's GPU round, in one device call: the GPU tests of step 21 (ctest's gpu_step21 entry, and
+# The three-consumer step's (22's) GPU round, in one device call: the GPU tests of step 22 (ctest's gpu_step22 entry, and
 # the large ragged problem restricted to it), compute-sanitizer's memcheck, racecheck and synccheck
-# on a small ragged problem, the ladder at the issue's D = 64 shapes with step 20's main variant,
+# on a small ragged problem, the ladder at the issue's D = 64 shapes with step 21's main variant,
 # cuDNN and the fp16 GEMM ceiling in the same process, and Nsight Compute's tensor-pipe activity
-# and stall reasons of steps 20 and 21 at D = 64. Every stage runs under a timeout, so a kernel
+# and stall reasons of steps 21 and 22 at D = 64. Every stage runs under a timeout, so a kernel
 # that hangs costs its timeout, not the call.
 #
 #   scripts/step21-round.sh OUT [stage ...]
@@ -28,7 +28,7 @@ summary="$out/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-note "step 21 round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, stages ${stages[*]}"
+note "step 22 round at $(date -u +%FT%TZ), commit ${LADDER_GIT_COMMIT:-unknown}, stages ${stages[*]}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit \
   --format=csv >>"$summary" 2>&1
 
@@ -50,24 +50,24 @@ else
   bin=$build/bin
   cp "$build/tests/gpu_tests" "$bin/" 2>/dev/null
 fi
-"$bin/ladder" --list 2>/dev/null | grep -E "^ *(20|21)/|three_consumers" >>"$summary"
+"$bin/ladder" --list 2>/dev/null | grep -E "^ *(21|22)/|three_consumers" >>"$summary"
 
 # A smoke test first: one small ragged problem per mask and D under a short timeout. A kernel that
 # hangs stops the round here instead of costing every stage's timeout.
 start=$SECONDS
-timeout 60 "$bin/ladder" --steps 21 --no-peers --no-time --no-resources --b 1 --heads 3 --n 113,1000 \
+timeout 60 "$bin/ladder" --steps 22 --no-peers --no-time --no-resources --b 1 --heads 3 --n 113,1000 \
   --d 64,128 --mask both >"$logs/smoke.log" 2>&1
 rc=$?
-note "smoke (step 21, N=113,1000, D=64,128, both masks): rc=$rc in $((SECONDS - start)) s"
-grep -E "^ *21/" "$logs/smoke.log" | head -12 | tee -a "$summary"
+note "smoke (step 22, N=113,1000, D=64, both masks): rc=$rc in $((SECONDS - start)) s"
+grep -E "^ *22/" "$logs/smoke.log" | head -12 | tee -a "$summary"
 if [ $rc -ne 0 ]; then
   tail -20 "$logs/smoke.log" | tee -a "$summary"
   tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
   exit 1
 fi
 
-# The GPU tests (ctest's gpu_step21 entry: every variant of step 21 over the whole shape grid) and
-# the large ragged problem B=6 H=9 N=4224 D=64 (ctest's gpu_large, restricted to step 21), side by
+# The GPU tests (ctest's gpu_step22 entry: every variant of step 22 over the whole shape grid) and
+# the large ragged problem B=6 H=9 N=4224 D=64 (ctest's gpu_large, restricted to step 22), side by
 # side with the sanitizer: they check, they do not time.
 sanitize() {
   local tool extra rc=0 r sanitizer
@@ -75,12 +75,12 @@ sanitize() {
   for tool in memcheck racecheck synccheck; do
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)
-    echo "== step 21: $tool"
-    timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$bin/ladder" --steps 21 \
+    echo "== step 22: $tool"
+    timeout 90 "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$bin/ladder" --steps 22 \
       --no-peers --no-time --no-resources --b 1 --heads 2 --n 113 --d 64,128 --mask both >"$logs/san-$tool.log" 2>&1
     r=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|=========.*(Error|error|hazard|Hazard)" "$logs/san-$tool.log" | head -8
-    grep -E "^ *21/" "$logs/san-$tool.log" | head -8
+    grep -E "^ *22/" "$logs/san-$tool.log" | head -8
     [ $r -eq 0 ] || { rc=1; echo "rc=$r"; tail -8 "$logs/san-$tool.log"; }
   done
   return $rc
@@ -89,9 +89,9 @@ if has test || has sanitize; then
   start=$SECONDS
   pids=()
   if has test; then
-    (LADDER_TEST_STEP=21 timeout 150 "$bin/gpu_tests" "~[large]~[timing]" >"$logs/test.log" 2>&1; echo $? >"$logs/test.rc") &
+    (LADDER_TEST_STEP=22 timeout 150 "$bin/gpu_tests" "~[large]~[timing]" >"$logs/test.log" 2>&1; echo $? >"$logs/test.rc") &
     pids+=($!)
-    (LADDER_TEST_STEP=21 timeout 150 "$bin/gpu_tests" "[large]" >"$logs/test-large.log" 2>&1; echo $? >"$logs/test-large.rc") &
+    (LADDER_TEST_STEP=22 timeout 150 "$bin/gpu_tests" "[large]" >"$logs/test-large.log" 2>&1; echo $? >"$logs/test-large.rc") &
     pids+=($!)
   fi
   if has sanitize; then
@@ -101,20 +101,20 @@ if has test || has sanitize; then
   wait "${pids[@]}"
   if has test; then
     for t in test test-large; do
-      note "gpu $t step 21: rc=$(cat "$logs/$t.rc"); $(grep -E 'test cases|All tests passed' "$logs/$t.log" | tail -1)"
+      note "gpu $t step 22: rc=$(cat "$logs/$t.rc"); $(grep -E 'test cases|All tests passed' "$logs/$t.log" | tail -1)"
       [ "$(cat "$logs/$t.rc")" = 0 ] ||
         grep -E "FAILED|with expansion|on B=|error|Timeout|timed out" "$logs/$t.log" | head -16 | tee -a "$summary"
     done
   fi
   if has sanitize; then
-    note "sanitize step 21 (memcheck racecheck synccheck, N=113, D=64,128, both masks): rc=$(cat "$logs/sanitize.rc")"
+    note "sanitize step 22 (memcheck racecheck synccheck, N=113, D=64, both masks): rc=$(cat "$logs/sanitize.rc")"
     cat "$logs/sanitize.log" >>"$summary"
   fi
   note "tests and sanitizer: $((SECONDS - start)) s"
 fi
 
-variants=(--variant 20/persistent_3stage --variant 21/three_consumers --variant 21/three_consumers_4stage)
-common=(--track attention --steps 20,21 "${variants[@]}" --ref-rows 256 --b 4 --heads 8 --d 64 --n 4096,8192 --mask both)
+variants=(--variant 21/snake --variant 22/three_consumers_3stage --variant 22/three_consumers)
+common=(--track attention --steps 21,22 "${variants[@]}" --ref-rows 256 --b 4 --heads 8 --d 64 --n 4096,8192 --mask both)
 if has ladder; then
   start=$SECONDS
   timeout 120 "$bin/ladder" "${common[@]}" --json "$out/ladder-d64.json" >"$logs/ladder-d64.log" 2>&1
@@ -127,9 +127,9 @@ fi
 if has ncu; then
   start=$SECONDS
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for id in 20/persistent_3stage 21/three_consumers; do
+  for id in 21/snake 22/three_consumers_3stage; do
     s=${id%%/*}
-    kernel=$([ "$s" = 20 ] && echo persistent_kernel || echo three_consumers_kernel)
+    kernel=$([ "$s" = 21 ] && echo persistent_kernel || echo three_consumers_kernel)
     timeout 60 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats --section LaunchStats \
       --metrics sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio \
@@ -146,7 +146,7 @@ fi
 # kernels' throughput per tile, apart from the issue's shapes' last partial wave.
 if has waves; then
   start=$SECONDS
-  timeout 120 "$bin/ladder" --track attention --steps 20,21 "${variants[@]}" --ref-rows 256 --b 16 --heads 16 \
+  timeout 120 "$bin/ladder" --track attention --steps 21,22 "${variants[@]}" --ref-rows 256 --b 16 --heads 16 \
     --d 64 --n 4096 --mask both --json "$out/ladder-d64-waves.json" >"$logs/ladder-waves.log" 2>&1
   note "ladder B=16 H=16 N=4096 D=64 both masks: rc=$? in $((SECONDS - start)) s"
   cat "$logs/ladder-waves.log"
@@ -158,9 +158,9 @@ fi
 if has ncu2; then
   start=$SECONDS
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for id in 20/persistent_3stage 21/three_consumers 21/three_consumers_4stage; do
+  for id in 21/snake 22/three_consumers_3stage 22/three_consumers; do
     s=${id%%/*}
-    kernel=$([ "$s" = 20 ] && echo persistent_kernel || echo three_consumers_kernel)
+    kernel=$([ "$s" = 21 ] && echo persistent_kernel || echo three_consumers_kernel)
     shape=(--steps "$s" --variant "$id" --no-peers --b 4 --heads 8 --n 4096 --d 64 --mask none --no-time --no-check --no-resources)
     timeout 60 "$ncu" --clock-control none -k "regex:$kernel" --launch-count 1 --section SchedulerStats \
       --section ComputeWorkloadAnalysis --section SpeedOfLight \
