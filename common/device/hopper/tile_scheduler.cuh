@@ -152,13 +152,14 @@ struct Snake : StaticSchedule<true, true> {
 // soon as it has issued the current tile's Q copy, so the atomic's round trip hides under the K/V
 // loads. Its first tile is blockIdx.x (the counter hands out G, G + 1, ...).
 //
-// The handoff: the producer writes the tile index into the CTA's word of the workspace (1 +
-// blockIdx.x) before its q_full arrival, and the consumers read it after waiting for that phase:
-// the arrive releases the store, the wait acquires it, wherever the word lives. It lives in global
-// memory, not shared, because compute-sanitizer's racecheck does not model that ordering for
-// ordinary shared-memory accesses and reports every handoff as a race. The producer rewrites the
-// word only after q_empty says every consumer is done with the tile, so no consumer reads a newer
-// value than its own. After the last tile one more q_full phase, with no copy, carries "stop" (-1).
+// The handoff: the producer writes the decoded tile (head, query block) into the CTA's slot of
+// the workspace before its q_full arrival, and the consumers read it after waiting for that
+// phase: the arrive releases the stores, the wait acquires them, wherever the slot lives. It
+// lives in global memory, not shared, because compute-sanitizer's racecheck does not model that
+// ordering for ordinary shared-memory accesses and reports every handoff as a race. The producer
+// rewrites the slot only after q_empty says every consumer is done with the tile, so no consumer
+// reads a newer value than its own. After the last tile one more q_full phase, with no copy,
+// carries "stop" (head -1).
 //
 // The counter must be 0 at every launch: the host clears it (a 4-byte memset on the launch's
 // stream, inside the timed interval). A self-resetting counter (the CTA whose fetch is the
@@ -169,10 +170,10 @@ struct Dynamic {
   struct Params {
     TileList list;
     int heads_per_window;
-    int* counter;  // workspace word 0; the CTAs' slots follow
+    int* counter;  // workspace word 0; the CTAs' slots (int2) start at word 2
   };
   static constexpr bool kKnowsLast = false;
-  static std::size_t workspace_bytes() { return (1 + kMaxCtas) * sizeof(int); }
+  static std::size_t workspace_bytes() { return 2 * sizeof(int) + kMaxCtas * sizeof(int2); }
   static int grid_size(const ScheduleArgs& a) {
     const int grid = persistent_grid(a);
     if (grid > kMaxCtas) throw std::logic_error("the dynamic scheduler has " + std::to_string(kMaxCtas) +
@@ -192,17 +193,21 @@ struct Dynamic {
 #if LADDER_SM90A
   __device__ __forceinline__ Dynamic(const Params& p, std::uint64_t* q_full, std::uint64_t* q_empty)
       : list_(p.list), heads_per_window_(p.heads_per_window), counter_(p.counter),
-        slot_(p.counter + 1 + blockIdx.x), q_full_(q_full), q_empty_(q_empty) {}
+        slot_(reinterpret_cast<volatile int2*>(p.counter + 2) + blockIdx.x), q_full_(q_full),
+        q_empty_(q_empty) {}
 
-  __device__ __forceinline__ WorkTile producer_first() { return work(tile_ = int(blockIdx.x)); }
-  __device__ __forceinline__ WorkTile producer_next() { return work(tile_ = next_); }
+  __device__ __forceinline__ WorkTile producer_first() { return current_ = work(int(blockIdx.x)); }
+  __device__ __forceinline__ WorkTile producer_next() { return current_ = work(next_); }
   // Before the q_full arrival of the current tile (and after its q_empty wait).
-  __device__ __forceinline__ void publish() const { *slot_ = tile_; }
+  __device__ __forceinline__ void publish() const {
+    slot_->x = current_.bh;
+    slot_->y = current_.m_block;
+  }
   __device__ __forceinline__ void prefetch_next() { next_ = int(gridDim.x) + atomicAdd(counter_, 1); }
   // After the last tile: a q_full phase that carries no Q, only "stop".
   __device__ __forceinline__ void producer_done(int tiles) const {
     mbarrier_wait(q_empty_, (tiles & 1) ^ 1);
-    *slot_ = -1;
+    slot_->x = -1;
     mbarrier_arrive(q_full_);
   }
 
@@ -214,7 +219,8 @@ struct Dynamic {
  private:
   __device__ __forceinline__ WorkTile received(int r) const {
     mbarrier_wait(q_full_, r & 1);
-    return work(*slot_);
+    const int bh = slot_->x;
+    return {bh, slot_->y, bh >= 0};
   }
   // Windows of heads_per_window heads (the last may be narrower), heaviest query block first
   // inside each: the CTAs running together share a few heads' K and V in L2; the counter balances
@@ -226,18 +232,18 @@ struct Dynamic {
     const int window = in_full ? tile / per_window : full_windows;
     const int j = in_full ? tile % per_window : tile - full_windows * per_window;
     const int width = in_full ? heads_per_window_ : list_.bh_count - full_windows * heads_per_window_;
-    return {window * heads_per_window_ + j % width, list_.m_blocks - 1 - j / width,
-            tile >= 0 && tile < list_.n_tiles};
+    return {window * heads_per_window_ + j % width, list_.m_blocks - 1 - j / width, tile < list_.n_tiles};
   }
 
   TileList list_;
   int heads_per_window_;
   int* counter_;
-  volatile int* slot_;
+  volatile int2* slot_;
   std::uint64_t* q_full_;
   std::uint64_t* q_empty_;
-  int tile_ = 0, next_ = 0;  // producer: the current and the prefetched tile
-  int r_ = 0;                // consumers: the current tile is the CTA's r-th
+  WorkTile current_{};  // producer: the current tile
+  int next_ = 0;        // producer: the prefetched tile index
+  int r_ = 0;           // consumers: the current tile is the CTA's r-th
 #endif  // LADDER_SM90A
 };
 
