@@ -42,7 +42,9 @@
 
 #include "common/check.hpp"
 #include "common/device/hopper/arch.cuh"
+#if LADDER_SM90A  // the host side (and the CPU test of the orders) compiles without device code
 #include "common/device/hopper/mbarrier.cuh"
+#endif
 
 namespace ladder::hopper {
 
@@ -99,6 +101,18 @@ struct StaticSchedule {
   static int grid_size(const ScheduleArgs& a) { return persistent_grid(a); }
   static Params make_params(const ScheduleArgs& a) { return {a.list}; }
 
+  // CTA `cta` of `grid`'s r-th tile index, and what a tile index stands for (host and device:
+  // tests/cpu/test_tile_scheduler.cpp walks them).
+  __host__ __device__ __forceinline__ static int tile_index(int r, int cta, int grid) {
+    return (kSnakeRows && (r & 1)) ? r * grid + (grid - 1 - cta) : r * grid + cta;
+  }
+  __host__ __device__ __forceinline__ static WorkTile decode(const TileList& list, int tile) {
+    if constexpr (kCausal)
+      return {tile % list.bh_count, list.m_blocks - 1 - tile / list.bh_count, tile < list.n_tiles};
+    else
+      return {tile / list.m_blocks, tile % list.m_blocks, tile < list.n_tiles};
+  }
+
 #if LADDER_SM90A
   __device__ __forceinline__ StaticSchedule(const Params& p, std::uint64_t* q_full, std::uint64_t*)
       : list_(p.list), q_full_(q_full) {}
@@ -117,16 +131,8 @@ struct StaticSchedule {
   __device__ __forceinline__ bool may_have_next() const { return index(r_ + 1) < list_.n_tiles; }
 
  private:
-  __device__ __forceinline__ int index(int r) const {
-    const int g = int(gridDim.x), c = int(blockIdx.x);
-    return (kSnakeRows && (r & 1)) ? r * g + (g - 1 - c) : r * g + c;
-  }
-  __device__ __forceinline__ WorkTile work(int tile) const {
-    if constexpr (kCausal)
-      return {tile % list_.bh_count, list_.m_blocks - 1 - tile / list_.bh_count, tile < list_.n_tiles};
-    else
-      return {tile / list_.m_blocks, tile % list_.m_blocks, tile < list_.n_tiles};
-  }
+  __device__ __forceinline__ int index(int r) const { return tile_index(r, int(blockIdx.x), int(gridDim.x)); }
+  __device__ __forceinline__ WorkTile work(int tile) const { return decode(list_, tile); }
   TileList list_;
   std::uint64_t* q_full_;
   int r_ = 0;  // the current tile is the CTA's r-th
@@ -185,9 +191,25 @@ struct Dynamic {
     if (a.l2_bytes == 0) throw std::logic_error("the dynamic scheduler needs the L2 size (AttentionArgs::l2_bytes)");
     auto* counter = static_cast<int*>(a.workspace);
     CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), a.stream));
-    // As many heads per window as have K and V fitting in half of the L2.
-    const auto heads = std::clamp<std::size_t>(a.l2_bytes / 2 / a.kv_head_bytes, 1, std::size_t(a.list.bh_count));
-    return {a.list, int(heads), counter};
+    return {a.list, window_heads(a.l2_bytes, a.kv_head_bytes, a.list.bh_count), counter};
+  }
+  // As many heads per window as have K and V fitting in half of the L2 (at least 1, at most all).
+  static int window_heads(std::size_t l2_bytes, std::size_t kv_head_bytes, int bh_count) {
+    return int(std::clamp<std::size_t>(l2_bytes / 2 / kv_head_bytes, 1, std::size_t(bh_count)));
+  }
+
+  // Windows of heads_per_window heads (the last may be narrower), heaviest query block first
+  // inside each: the CTAs running together share a few heads' K and V in L2; the counter balances
+  // whatever the order. (Host and device: tests/cpu/test_tile_scheduler.cpp walks it.)
+  __host__ __device__ __forceinline__ static WorkTile decode(const TileList& list, int heads_per_window,
+                                                             int tile) {
+    const int per_window = heads_per_window * list.m_blocks;
+    const int full_windows = list.bh_count / heads_per_window;
+    const bool in_full = tile < full_windows * per_window;
+    const int window = in_full ? tile / per_window : full_windows;
+    const int j = in_full ? tile % per_window : tile - full_windows * per_window;
+    const int width = in_full ? heads_per_window : list.bh_count - full_windows * heads_per_window;
+    return {window * heads_per_window + j % width, list.m_blocks - 1 - j / width, tile < list.n_tiles};
   }
 
 #if LADDER_SM90A
@@ -222,18 +244,7 @@ struct Dynamic {
     const int bh = slot_->x;
     return {bh, slot_->y, bh >= 0};
   }
-  // Windows of heads_per_window heads (the last may be narrower), heaviest query block first
-  // inside each: the CTAs running together share a few heads' K and V in L2; the counter balances
-  // whatever the order.
-  __device__ __forceinline__ WorkTile work(int tile) const {
-    const int per_window = heads_per_window_ * list_.m_blocks;
-    const int full_windows = list_.bh_count / heads_per_window_;
-    const bool in_full = tile < full_windows * per_window;
-    const int window = in_full ? tile / per_window : full_windows;
-    const int j = in_full ? tile % per_window : tile - full_windows * per_window;
-    const int width = in_full ? heads_per_window_ : list_.bh_count - full_windows * heads_per_window_;
-    return {window * heads_per_window_ + j % width, list_.m_blocks - 1 - j / width, tile < list_.n_tiles};
-  }
+  __device__ __forceinline__ WorkTile work(int tile) const { return decode(list_, heads_per_window_, tile); }
 
   TileList list_;
   int heads_per_window_;
