@@ -61,6 +61,10 @@ struct AttentionArgs {
   __half* o;           // [B, H, N, D], poisoned with NaN before the launch
   float* lse;          // [B, H, N]; written only by variants with writes_lse
   void* workspace;     // workspace_bytes(shape) bytes, or null
+  // The device the launch runs on, filled by whoever launches (the runner, the C interface), so
+  // that a kernel sized to the GPU (a persistent grid, an L2-sized schedule) need not ask it.
+  int sm_count = 0;            // streaming multiprocessors
+  std::size_t l2_bytes = 0;    // L2 cache size
 
   template <class Element>
   struct Tensors {

@@ -484,7 +484,9 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
                              reinterpret_cast<const __half*>(dv.get()),
                              reinterpret_cast<__half*>(dout.get()),
                              dlse.get(),
-                             workspace->get()};
+                             workspace->get(),
+                             session.gpu.sm_count,
+                             session.gpu.l2_bytes};
     const auto launch = std::get<AttentionLaunch>(variant.launch);
 
     VariantHooks hooks;

@@ -2,7 +2,7 @@
 # Nsight Compute on one of our kernels and on cuDNN's, same shape, same counters (clocks untouched):
 # where does the time of each go? Used by chapter 20 for the causal D=128 gap.
 #   scripts/ncu-vs-cudnn.sh OUT BIN_DIR VARIANT_ID KERNEL_REGEX -- ladder shape options...
-#   e.g. scripts/ncu-vs-cudnn.sh out build/gpu/bin 20/persistent_snake persistent_kernel -- \
+#   e.g. scripts/ncu-vs-cudnn.sh out build/gpu/bin 21/snake persistent_kernel -- \
 #          --b 4 --heads 16 --n 4096 --d 128 --mask causal
 set -uo pipefail
 out=$1 bin=$2 id=$3 regex=$4

@@ -62,11 +62,11 @@ cd "$(dirname "$0")/.." || exit 2
 ALL_STAGES=(fa4 build smoke test sanitize ladder grids waves softmax readme peers crosscheck compare ncu profile labs)
 # Old id -> new id: the variants the compare stage times side by side (the re-cut of Part IV).
 COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,20/persistent_dynamic>21/dynamic"
-COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers_4stage,21/three_consumers>22/three_consumers"
+COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers,21/three_consumers>22/three_consumers_3stage"
 COMPARE_PAIRS+=",16/wgmma>16/wgmma,17/tma>17/tma,18/ws>18/ws,19/pingpong>19/pingpong"
 COMPARE_PAIRS+=",19/pingpong_3stage>19/pingpong_3stage"
 COMPARE_PAIRS=${ROUND_COMPARE_PAIRS:-$COMPARE_PAIRS}
-DEFAULT_CROSSCHECK="20/persistent 21/snake 21/dynamic 22/three_consumers 22/three_consumers_4stage 99/cudnn"
+DEFAULT_CROSSCHECK="20/persistent 21/snake 21/dynamic 22/three_consumers 99/cudnn"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die_usage() { echo "round.sh: $*" >&2; echo "try: scripts/round.sh --help" >&2; exit 2; }
@@ -510,7 +510,7 @@ stage_ncu() {
   need_bin ncu || return 1
   local ncu id s d shape rc=0 ids=() k
   ncu=$(ncu_bin)
-  for id in ${ROUND_NCU_IDS:-22/three_consumers_4stage 21/snake}; do listed "$id" && ids+=("$id"); done
+  for id in ${ROUND_NCU_IDS:-22/three_consumers 21/snake}; do listed "$id" && ids+=("$id"); done
   ((${#ids[@]})) || mapfile -t ids < <(variants_of main "${steps[@]}" | tail -1)  # the top step's main
   local metrics=sm__inst_executed_pipe_tensor_op_gmma.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active

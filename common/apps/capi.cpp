@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "common/check.hpp"
 #include "common/device_buffer.hpp"
@@ -32,7 +33,7 @@ using ladder::AttentionShape;
 
 const ladder::Variant* find_variant(const std::string& id, std::string* why) {
   if (id.find('/') == std::string::npos) {
-    *why = "variant ids look like 20/persistent_3stage, got \"" + id + "\"";
+    *why = "variant ids look like 20/persistent, got \"" + id + "\"";
     return nullptr;
   }
   const ladder::Variant* v = ladder::Registry::instance().find_variant(id);
@@ -47,6 +48,16 @@ int current_sm() {
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   return 10 * major + minor;
+}
+
+// The current device's SM count and L2 size (AttentionArgs::sm_count, l2_bytes), read per call:
+// the caller may switch devices between calls.
+std::pair<int, std::size_t> current_sizes() {
+  int device = 0, sms = 0, l2 = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  return {sms, std::size_t(l2)};
 }
 
 // Workspaces by (variant id, bytes), kept for the life of the process.
@@ -87,6 +98,7 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
     const std::size_t bytes = variant->workspace_bytes(shape);
     auto& slot = workspaces()[{std::string(id), bytes}];
     if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
+    const auto [sm_count, l2_bytes] = current_sizes();
     const ladder::AttentionArgs args{shape,
                                      shape.softmax_scale(),
                                      static_cast<const __half*>(q),
@@ -94,7 +106,9 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
                                      static_cast<const __half*>(v),
                                      static_cast<__half*>(o),
                                      lse,
-                                     slot->get()};
+                                     slot->get(),
+                                     sm_count,
+                                     l2_bytes};
     std::get<ladder::AttentionLaunch>(variant->launch)(args, static_cast<cudaStream_t>(stream));
     return 0;
   } catch (const std::exception& e) {

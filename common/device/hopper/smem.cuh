@@ -28,7 +28,7 @@ __device__ __forceinline__ Storage& aligned_smem(unsigned char* raw) {
 }
 
 // The same rounding for a kernel that lays its tiles out by hand (steps 16-19 do, to show the
-// bytes; from step 20 on a SharedStorage struct does it).
+// bytes; from step 20 on an AttentionStorage struct does it, shared_storage.cuh).
 template <class Element>
 __device__ __forceinline__ Element* aligned_smem_base(unsigned char* raw) {
   return reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kSwizzleAlign - 1) &
