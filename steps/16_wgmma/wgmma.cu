@@ -232,8 +232,8 @@ template <int kHeadDim>
 std::vector<ladder::KernelInfo> kernels() {
   using T = Tile<kHeadDim>;
   const auto name = ladder::strprintf("wgmma_kernel<D=%d,%dx%d>", kHeadDim, T::kBlockM, T::kBlockN);
-  return {ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  return {ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false),
+          ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true)};
 }
 
 LADDER_REGISTER_STEP(

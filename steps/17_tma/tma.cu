@@ -238,8 +238,8 @@ std::vector<ladder::KernelInfo> kernels() {
   using T = Tile<kHeadDim>;
   const auto name = ladder::strprintf("tma_kernel<D=%d,%dx%d,%d stages>", kHeadDim, T::kBlockM,
                                       T::kBlockN, T::kStages);
-  return {ladder::kernel(name, tma_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", tma_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  return {ladder::kernel(name, tma_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false),
+          ladder::kernel(name + " causal", tma_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true)};
 }
 
 LADDER_REGISTER_STEP(

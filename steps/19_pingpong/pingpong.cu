@@ -313,8 +313,8 @@ std::vector<ladder::KernelInfo> kernels() {
   const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
                                       T::kBlockM, T::kBlockN, T::kStages,
                                       kPingPong ? "" : ",no ping-pong");
-  return {ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes),
-          ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+  return {ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false),
+          ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true)};
 }
 
 template <int kStages, bool kPingPong>
