@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """libladder_capi.so inside a PyTorch process, loaded the way scripts/peers.py loads it: torch is
-imported first (its own cuDNN, cuDNN frontend, CUDA runtime and CCCL are loaded and initialised),
-PyTorch's cuDNN SDPA runs, then the library is opened with ctypes and the ladder's cuDNN peer
-(99/cudnn, 99/cudnn_lse) and a step kernel run on PyTorch's tensors, on PyTorch's stream, eagerly
-and replayed from a CUDA graph (peers.py's as_graph). Each output is checked against SDPA in fp32:
+imported first (its own cuDNN, cuDNN frontend, CUDA runtime and CCCL are loaded), the library is
+opened with ctypes, PyTorch's cuDNN SDPA runs, then the ladder's cuDNN peer (99/cudnn,
+99/cudnn_lse) and a step kernel run on PyTorch's tensors, on PyTorch's stream, eagerly and replayed
+from a CUDA graph (peers.py's as_graph). Each output is checked against SDPA in fp32:
 its error may be at most twice that of PyTorch's own fp16/bf16 SDPA, plus one unit in the last
 place, and no NaN (O is poisoned with NaN before each call). Also B=1 H=70000 N=64 D=64 for the
 variants that run it (a refusal, cuDNN's included, is printed as a skip with its reason).
@@ -42,8 +42,12 @@ def child(lib, variants):
     peers = load_peers()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    f = peers.ladder_library(lib)  # ctypes right after torch, before any CUDA work, as peers.py
+    print("loaded %s" % lib, flush=True)
 
     torch.manual_seed(0)
+    a = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
+    torch.matmul(a, a)  # peers.py times PyTorch's cuBLAS GEMM next
     q, k, v = (torch.randn(2, 3, 256, 64, dtype=torch.float16, device="cuda") for _ in range(3))
     try:  # PyTorch's cuDNN first: its handle and graphs exist before ours, as in peers.py
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
@@ -52,8 +56,6 @@ def child(lib, variants):
         print("PyTorch's cuDNN SDPA ran first (cuDNN %s)" % torch.backends.cudnn.version(), flush=True)
     except Exception as e:  # noqa: BLE001 (a GPU without cuDNN attention: the rest still runs)
         print("note: PyTorch's cuDNN SDPA did not run (%s)" % str(e).splitlines()[0], flush=True)
-    f = peers.ladder_library(lib)  # ctypes, after torch, exactly as peers.py
-    print("loaded %s" % lib, flush=True)
 
     shapes = [(2, 3, 1000, 64, False), (2, 3, 1000, 64, True), (1, 2, 77, 128, True),
               (1, 70000, 64, 64, False), (1, 70000, 64, 64, True)]
