@@ -28,7 +28,7 @@ std::string ReductionShape::to_string() const { return fmt::format("n={}", count
 
 namespace {
 constexpr std::int64_t kMaxElements = std::int64_t(1) << 40;  // keeps every index in 64 bits
-constexpr std::int64_t kMaxGridYZ = 65535;
+constexpr std::int64_t kMaxGridX = (std::int64_t(1) << 31) - 1;
 }
 
 std::optional<std::string> validate(const AttentionShape& s) {
@@ -36,10 +36,11 @@ std::optional<std::string> validate(const AttentionShape& s) {
     return fmt::format("attention sizes must be positive (got {})", s.to_string());
   if (s.head_dim % 8 != 0)
     return fmt::format("head dimension D={} must be a multiple of 8 (16-byte rows)", s.head_dim);
-  // The kernels put B·H on a grid dimension whose limit is 65535 (y and z).
-  if (std::int64_t(s.batch) * s.heads > kMaxGridYZ)
+  // B·H is an int in the kernels and at most grid.x. Where a variant's grid puts it on grid.y or
+  // grid.z (65535), the variant says so and refuses more (Constraints::max_batch_heads).
+  if (std::int64_t(s.batch) * s.heads > kMaxGridX)
     return fmt::format("B·H = {} is more than the {} (batch, head) pairs one launch can cover",
-                       std::int64_t(s.batch) * s.heads, kMaxGridYZ);
+                       std::int64_t(s.batch) * s.heads, kMaxGridX);
   if (s.elements() > kMaxElements) return "attention tensors larger than 2^40 elements";
   return std::nullopt;
 }

@@ -32,6 +32,10 @@ std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) 
     return fmt::format("runs {} only (asked for {})", dtype_names(dtypes), dtype_name(s.dtype));
   if (max_seqlen > 0 && s.seqlen > max_seqlen)
     return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, s.seqlen);
+  if (const std::int64_t bh = std::int64_t(s.batch) * s.heads; max_batch_heads > 0 && bh > max_batch_heads)
+    return fmt::format("its grid puts the (batch, head) pairs on grid.y or grid.z, at most {} of them "
+                       "(asked for B·H = {}); the persistent steps and the cuDNN peer run it",
+                       max_batch_heads, bh);
   if (attention_refusal) return attention_refusal(s);
   return std::nullopt;
 }
@@ -54,7 +58,16 @@ std::string Constraints::describe() const {
   std::string out = fmt::format("sm_{}+", min_sm);
   if (!head_dims.empty()) out += fmt::format(", D in {{{}}}", fmt::join(head_dims, ","));
   if (max_seqlen > 0) out += fmt::format(", N <= {}", max_seqlen);
+  if (max_batch_heads > 0) out += fmt::format(", B·H <= {}", max_batch_heads);
   if (dtypes.size() != 1 || dtypes[0] != DType::F16) out += ", " + dtype_names(dtypes);
+  return out;
+}
+
+std::vector<KernelInfo> Variant::launched_kernels(const AttentionShape& shape) const {
+  std::vector<KernelInfo> out;
+  if (!kernels) return out;
+  for (auto& k : kernels(shape.head_dim))
+    if (k.launched_for(shape)) out.push_back(std::move(k));
   return out;
 }
 

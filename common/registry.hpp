@@ -117,6 +117,10 @@ struct Constraints {
   int min_sm = 75;  // compute capability ×10 (75 = Turing, CUDA 13's oldest; 80 = Ampere; 90 = Hopper)
   std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
   std::int64_t max_seqlen = 0;    // attention: 0 = no limit
+  // attention: the most (batch, head) pairs one launch takes; 0 = as many as validate() allows. A
+  // grid that puts B·H on grid.y or grid.z takes at most kMaxGridYZ (Variant::batch_heads_on_grid_yz);
+  // one that puts it on grid.x, or walks a tile list (the persistent steps), has no such limit.
+  std::int64_t max_batch_heads = 0;
   std::vector<DType> dtypes{DType::F16};  // attention: element types it runs
   // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
   std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;
@@ -136,6 +140,9 @@ struct Constraints {
   std::string describe() const;
 };
 
+// The largest grid.y or grid.z of a launch (CUDA's limit; grid.x takes 2^31 - 1).
+inline constexpr std::int64_t kMaxGridYZ = 65535;
+
 // One problem of any kind, for the hooks that are set per kind (workspace, notes).
 using Problem = std::variant<AttentionShape, MatmulShape, ReductionShape>;
 
@@ -144,13 +151,28 @@ using Problem = std::variant<AttentionShape, MatmulShape, ReductionShape>;
 using WorkspaceFn = std::function<std::size_t(const Problem&)>;
 
 // The kernels a variant launches for a given head dimension (0 outside attention), so the harness
-// can report registers, spills, shared memory and blocks per SM without running anything.
+// can report registers, spills, shared memory and blocks per SM without running anything. A
+// problem's resource table lists only the kernels that problem launches (launched_kernels below):
+// those of its element type and of its mask.
+enum class MaskUse { Both, NonCausal, Causal };  // the attention problems that launch a kernel
 struct KernelInfo {
   std::string name;
   const void* func;        // the __global__ function
   int threads;             // per block
   std::size_t dynamic_smem;  // bytes of dynamic shared memory per block
-  DType dtype = DType::F16;  // the element type it computes in: a problem's table lists its own
+  DType dtype = DType::F16;  // the element type it computes in
+  MaskUse masks = MaskUse::Both;  // Both: the mask is a run-time argument (or the kernel has none)
+
+  // A kernel instantiated for one mask (kernel<Tile, kCausal>): launched only when the problem's
+  // causal flag equals `causal`. Chains: kernel("k causal", k<T, true>, 128, smem).when_causal(true).
+  KernelInfo& when_causal(bool causal) {
+    masks = causal ? MaskUse::Causal : MaskUse::NonCausal;
+    return *this;
+  }
+  // Whether an attention problem of this mask and element type launches the kernel.
+  bool launched_for(const AttentionShape& s) const {
+    return s.dtype == dtype && (masks == MaskUse::Both || (masks == MaskUse::Causal) == s.causal);
+  }
 };
 using KernelsFn = std::function<std::vector<KernelInfo>(int head_dim)>;
 
@@ -178,6 +200,8 @@ struct Variant {
   Variant& for_head_dims(std::initializer_list<int> dims) { constraints.head_dims = dims; return *this; }
   Variant& for_dtypes(std::initializer_list<DType> types) { constraints.dtypes = types; return *this; }
   Variant& up_to_seqlen(std::int64_t n) { constraints.max_seqlen = n; return *this; }
+  // The launch puts the B·H (batch, head) pairs on grid.y or grid.z: at most kMaxGridYZ of them.
+  Variant& batch_heads_on_grid_yz() { constraints.max_batch_heads = kMaxGridYZ; return *this; }
   Variant& refuse_if(std::function<std::optional<std::string>(const AttentionShape&)> why) {
     constraints.attention_refusal = std::move(why);
     return *this;
@@ -205,6 +229,9 @@ struct Variant {
   Variant& compared_with(std::string id) { improves_on = std::move(id); return *this; }
 
   std::size_t workspace_bytes(const Problem& p) const { return workspace ? workspace(p) : 0; }
+  // The kernels an attention problem launches: of kernels(shape.head_dim), those of its element
+  // type and its mask. Touches no GPU (the CPU tests check every step's declarations with it).
+  std::vector<KernelInfo> launched_kernels(const AttentionShape& shape) const;
 
  private:
   template <class Shape>

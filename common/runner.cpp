@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <type_traits>
 #include <map>
 
 #include "common/compare.hpp"
@@ -246,7 +247,7 @@ std::set<std::string> baselines_needed(std::span<const VariantRef> variants,
 }
 
 void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks& hooks,
-                 const RunOptions& options, Baselines& baselines, int head_dim,
+                 const RunOptions& options, Baselines& baselines, const Problem& problem,
                  std::size_t row_index, bool retain) {
   cudaStream_t stream = session.stream.get();
   // Poison, launch once, wait, read the output back.
@@ -263,7 +264,15 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
     Output out = run_once();
     if (options.check) hooks.check(row, out);
     if (!options.save_dir.empty()) hooks.save(out);
-    row.kernels = kernel_resources(ref.variant(), head_dim, session.gpu);
+    // The resource table lists the kernels this problem launched, not every kernel the variant has.
+    row.kernels = std::visit(
+        [&](const auto& shape) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(shape)>, AttentionShape>)
+            return kernel_resources(ref.variant(), shape, session.gpu);
+          else
+            return kernel_resources(ref.variant(), 0, session.gpu);
+        },
+        problem);
 
     if (options.time) {
       baselines.rounds[row_index].push_back(
@@ -369,11 +378,10 @@ bool refused(Row& row, const Variant& variant, const Shape& shape, int sm) {
 
 }  // namespace
 
-std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
-                                              const GpuInfo& gpu) {
+namespace {
+std::vector<KernelResources> resources_of(const std::vector<KernelInfo>& kernels, const GpuInfo& gpu) {
   std::vector<KernelResources> out;
-  if (!variant.kernels) return out;
-  for (const auto& k : variant.kernels(head_dim)) {
+  for (const auto& k : kernels) {
     // A kernel above the default 48 KB of dynamic shared memory must opt in before the occupancy
     // calculator will place even one block (it reports 0 otherwise); its launch function does the
     // same opt-in, so setting it here changes nothing about the run.
@@ -398,6 +406,17 @@ std::vector<KernelResources> kernel_resources(const Variant& variant, int head_d
     out.push_back(r);
   }
   return out;
+}
+}  // namespace
+
+std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
+                                              const GpuInfo& gpu) {
+  return variant.kernels ? resources_of(variant.kernels(head_dim), gpu) : std::vector<KernelResources>{};
+}
+
+std::vector<KernelResources> kernel_resources(const Variant& variant, const AttentionShape& shape,
+                                              const GpuInfo& gpu) {
+  return resources_of(variant.launched_kernels(shape), gpu);
 }
 
 // ---- attention -----------------------------------------------------------------------------
@@ -461,14 +480,13 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     row.bytes = min_bytes(shape);
     row.baseline = resolve_baseline(row.baseline, shape);
     if (refused(row, variant, shape, session.gpu.sm)) return;
-    if (variant.kernels)
-      for (const auto& k : variant.kernels(shape.head_dim))
-        if (k.dynamic_smem > session.gpu.smem_per_block_optin) {
-          row.status = Row::Status::Skipped;
-          row.note = fmt::format("{} needs {} KB of shared memory per block; this GPU allows {} KB",
-                                 k.name, k.dynamic_smem / 1024, session.gpu.smem_per_block_optin / 1024);
-          return;
-        }
+    for (const auto& k : variant.launched_kernels(shape))
+      if (k.dynamic_smem > session.gpu.smem_per_block_optin) {
+        row.status = Row::Status::Skipped;
+        row.note = fmt::format("{} needs {} KB of shared memory per block; this GPU allows {} KB",
+                               k.name, k.dynamic_smem / 1024, session.gpu.smem_per_block_optin / 1024);
+        return;
+      }
     const std::size_t ws = variant.workspace_bytes(shape);
     if (ws + kHeadroomBytes > free_device_bytes()) {
       row.status = Row::Status::Skipped;
@@ -522,14 +540,8 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
         write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4",
                   {shape.batch, shape.heads, shape.seqlen}, out.lse.data(), out.lse.size() * 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, shape.head_dim, row_index,
+    run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
                 ws <= kMaxRetainedWorkspace);
-    if (variant.kernels) {  // the resource table lists the kernels of this problem's element type
-      std::set<std::string> own;
-      for (const auto& k : variant.kernels(shape.head_dim))
-        if (k.dtype == dtype) own.insert(k.name);
-      std::erase_if(row.kernels, [&](const KernelResources& k) { return !own.count(k.name); });
-    }
   });
   finish_timing(session, run, options, baselines);
   add_gemm_ceiling(session, run, options);
@@ -599,7 +611,7 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
       write_npy(dir + "/c_" + file_id(ref.id()) + ".npy", "<f4", {shape.m, shape.n},
                 out.values.data(), out.values.size() * 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, 0, row_index, true);
+    run_variant(session, ref, row, hooks, options, baselines, shape, row_index, true);
   });
   finish_timing(session, run, options, baselines);
   return run;
@@ -671,7 +683,7 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
     hooks.save = [&](const Output& out) {
       write_npy(dir + "/sum_" + file_id(ref.id()) + ".npy", "<f4", {1}, out.values.data(), 4);
     };
-    run_variant(session, ref, row, hooks, options, baselines, 0, row_index, true);
+    run_variant(session, ref, row, hooks, options, baselines, shape, row_index, true);
   });
   finish_timing(session, run, options, baselines);
   return run;

@@ -73,8 +73,12 @@ ProblemRun run_matmul(Session& session, const MatmulShape& shape,
 ProblemRun run_reduction(Session& session, const ReductionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options);
 
-// Resources of a variant's kernels (registers, spills, shared memory, blocks per SM).
+// Resources of a variant's kernels (registers, spills, shared memory, blocks per SM): all of them
+// for a head dimension (0 outside attention), or those an attention problem launches (its mask and
+// element type: Variant::launched_kernels), which is what a problem's table lists.
 std::vector<KernelResources> kernel_resources(const Variant& variant, int head_dim,
+                                              const GpuInfo& gpu);
+std::vector<KernelResources> kernel_resources(const Variant& variant, const AttentionShape& shape,
                                               const GpuInfo& gpu);
 
 }  // namespace ladder

@@ -12,6 +12,11 @@
 // Returns 0, or 1 with a message in `error` (an unknown id, a shape the variant refuses on this
 // GPU, a CUDA failure). Workspaces are allocated on a variant's first call for a shape and kept,
 // so the calls that a CUDA graph captures allocate nothing.
+//
+// The library runs inside another program, next to that program's own copies of the libraries we
+// use (PyTorch ships a cuDNN frontend, CCCL and a CUDA runtime of its own). It therefore exports
+// this one function and nothing else (capi.map), and never lets an exception or an unknown error
+// cross into the caller.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -113,6 +118,9 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
     return 0;
   } catch (const std::exception& e) {
     set_error(error, error_bytes, e.what());
+    return 1;
+  } catch (...) {
+    set_error(error, error_bytes, std::string(id ? id : "?") + ": an exception that is not a std::exception");
     return 1;
   }
 }

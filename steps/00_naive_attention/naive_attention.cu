@@ -147,6 +147,7 @@ LADDER_REGISTER_STEP(
         .add(ladder::attention_variant("naive", "three kernels, N×N fp32 scores in global memory",
                                        launch_naive)
                  .with_workspace(score_bytes)
+                 .batch_heads_on_grid_yz()  // score_grid and pv_grid: B·H on z
                  .with_kernels({
                      ladder::kernel("scores_kernel", scores_kernel, kScoreTile * kScoreTile),
                      ladder::kernel("softmax_kernel", softmax_kernel, kSoftmaxThreads),

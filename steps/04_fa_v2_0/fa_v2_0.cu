@@ -560,6 +560,7 @@ LADDER_REGISTER_STEP(
         .add(ladder::attention_variant("br128", "Q block outer (Br=128, Bc=32), cp.async K/V double "
                                                 "buffer, scalar FFMA", launch_block<kBlockM128>)
                  .needs_sm(80)  // cp.async
+                 .batch_heads_on_grid_yz()  // grid (query blocks, B·H)
                  .for_head_dims({64, 128})
                  .with_kernels(kernels<kBlockM128>)));
 

@@ -409,9 +409,11 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 template <class T>
 std::vector<ladder::KernelInfo> kernel_pair(const char* name) {
   return {ladder::kernel(ladder::strprintf("%s<D=%d,Bc=%d>", name, T::kHeadDim, T::kBlockN),
-                        fa_v2_1_kernel<T, false>, T::kThreads, T::kSmemBytes),
+                        fa_v2_1_kernel<T, false>, T::kThreads, T::kSmemBytes)
+              .when_causal(false),
           ladder::kernel(ladder::strprintf("%s<D=%d,Bc=%d,causal>", name, T::kHeadDim, T::kBlockN),
-                        fa_v2_1_kernel<T, true>, T::kThreads, T::kSmemBytes)};
+                        fa_v2_1_kernel<T, true>, T::kThreads, T::kSmemBytes)
+              .when_causal(true)};
 }
 
 template <int kBlockN>
@@ -419,6 +421,7 @@ ladder::Variant make_variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kBlockN>)
       .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
       .for_head_dims({64, 128})
+      .batch_heads_on_grid_yz()  // grid (query blocks, B·H)
       .with_kernels([](int head_dim) {
         return head_dim == 128 ? kernel_pair<Tile<128, kBlockN>>("fa_v2_1_kernel")
                                : kernel_pair<Tile<64, kBlockN>>("fa_v2_1_kernel");

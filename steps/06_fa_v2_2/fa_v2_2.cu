@@ -588,8 +588,8 @@ std::vector<ladder::KernelInfo> kernel_pair() {
   const auto name = ladder::strprintf("fa_v2_2_kernel<D=%d,Bc=%d/%d%s%s>", C::kHeadDim,
                                       C::kBlockN, C::kComputeN, unroll.c_str(),
                                       C::kLean ? ",lean" : "");
-  return {ladder::kernel(name, fa_v2_2_kernel<C, false>, C::kThreads, C::kSmemBytes),
-          ladder::kernel(name + " causal", fa_v2_2_kernel<C, true>, C::kThreads, C::kSmemBytes)};
+  return {ladder::kernel(name, fa_v2_2_kernel<C, false>, C::kThreads, C::kSmemBytes).when_causal(false),
+          ladder::kernel(name + " causal", fa_v2_2_kernel<C, true>, C::kThreads, C::kSmemBytes).when_causal(true)};
 }
 
 template <class C64, class C128>
@@ -598,6 +598,8 @@ ladder::Variant make_variant(const char* name, const char* description) {
   auto v = ladder::attention_variant(name, description, launch<C64, C128>)
                .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
                .for_head_dims({64, 128})
+               // grid (query blocks, B·H); (B·H, query blocks) only in the causal heavy-first order
+               .batch_heads_on_grid_yz()
                .with_kernels([](int head_dim) {
                  return head_dim == 128 ? kernel_pair<C128>() : kernel_pair<C64>();
                });

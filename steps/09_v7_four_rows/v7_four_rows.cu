@@ -384,8 +384,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 template <class C>
 std::vector<ladder::KernelInfo> kernel_pair(const char* version) {
   const auto name = ladder::strprintf("%s<D=%d>", version, C::kHeadDim);
-  return {ladder::kernel(name, b300_kernel<C, false>, C::kThreads, C::kSmemBytes),
-          ladder::kernel(name + " causal", b300_kernel<C, true>, C::kThreads, C::kSmemBytes)};
+  return {ladder::kernel(name, b300_kernel<C, false>, C::kThreads, C::kSmemBytes).when_causal(false),
+          ladder::kernel(name + " causal", b300_kernel<C, true>, C::kThreads, C::kSmemBytes).when_causal(true)};
 }
 
 template <unsigned kFeatures>
@@ -393,6 +393,7 @@ ladder::Variant make_variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kFeatures>)
       .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
       .for_head_dims({64, 128})
+      .batch_heads_on_grid_yz()  // grid (query blocks, B·H)
       .with_kernels([name](int head_dim) {
         return head_dim == 128 ? kernel_pair<Config<128, kFeatures>>(name)
                                : kernel_pair<Config<64, kFeatures>>(name);

@@ -254,8 +254,8 @@ std::vector<ladder::KernelInfo> kernels() {
     using T = Tile<kHeadDim, Element>;
     const auto name = ladder::strprintf("wgmma_kernel<D=%d,%dx%d%s>", kHeadDim, T::kBlockM,
                                         T::kBlockN, type);
-    out.push_back(ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, wgmma_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name + " causal", wgmma_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

@@ -272,8 +272,8 @@ std::vector<ladder::KernelInfo> kernels() {
     using T = Tile<kHeadDim, Element>;
     const auto name = ladder::strprintf("ws_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim, T::kBlockM,
                                         T::kBlockN, T::kStages, type);
-    out.push_back(ladder::kernel(name, ws_kernel<T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(name + " causal", ws_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, ws_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name + " causal", ws_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

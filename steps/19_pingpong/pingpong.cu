@@ -328,8 +328,8 @@ std::vector<ladder::KernelInfo> kernels() {
     const auto name = ladder::strprintf("pingpong_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim,
                                         T::kBlockM, T::kBlockN, T::kStages,
                                         kPingPong ? "" : ",no ping-pong", type);
-    out.push_back(ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, pingpong_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name + " causal", pingpong_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

@@ -341,8 +341,8 @@ std::vector<ladder::KernelInfo> kernels() {
     using T = Tile<kHeadDim, Element>;
     const auto name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
                                         T::kBlockM, T::kBlockN, T::kStages, type);
-    out.push_back(ladder::kernel(name, persistent_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(name + " causal", persistent_kernel<hopper::RowWalk<true>, T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, persistent_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name + " causal", persistent_kernel<hopper::RowWalk<true>, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

@@ -339,8 +339,8 @@ std::vector<ladder::KernelInfo> kernels(const char* schedule) {
                                         T::kBlockM, T::kBlockN, T::kStages, type);
     const auto causal_name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages,%s%s> causal", kHeadDim,
                                                T::kBlockM, T::kBlockN, T::kStages, schedule, type);
-    out.push_back(ladder::kernel(name, persistent_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(causal_name, persistent_kernel<Scheduler, T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, persistent_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(causal_name, persistent_kernel<Scheduler, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

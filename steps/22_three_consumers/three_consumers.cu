@@ -357,8 +357,8 @@ std::vector<ladder::KernelInfo> kernels() {
     using T = Tile<kStages, Element>;
     const auto name = ladder::strprintf("three_consumers_kernel<D=64,%dx%d,%d stages%s>", T::kBlockM,
                                         T::kBlockN, T::kStages, type);
-    out.push_back(ladder::kernel(name, three_consumers_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes));
-    out.push_back(ladder::kernel(name + " causal,snake", three_consumers_kernel<hopper::Snake, T, true>, T::kThreads, T::kSmemBytes));
+    out.push_back(ladder::kernel(name, three_consumers_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name + " causal,snake", three_consumers_kernel<hopper::Snake, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
   add.template operator()<__half>("");

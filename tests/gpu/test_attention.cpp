@@ -123,6 +123,26 @@ TEST_CASE("attention: a different seed is checked too", "[gpu][attention]") {
   check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
 }
 
+TEST_CASE("attention: B·H = 70000, more than grid.y takes", "[gpu][attention][batch_heads]") {
+  // FlashAttention runs it; so must every variant that does not declare a grid.y/z limit
+  // (Variant::batch_heads_on_grid_yz). Only those are run: the others refuse it before any work,
+  // which tests/cpu/test_declarations.cpp checks. The reference covers every head (select_rows
+  // takes every (head, 128-row tile), and the first and last row of every head), so a kernel that
+  // wraps or drops heads past 65535 fails here.
+  std::vector<VariantRef> variants;
+  const int sm = testing::session().gpu.sm;
+  for (bool causal : {false, true}) {
+    const AttentionShape shape{.batch = 1, .heads = 70000, .seqlen = 64, .head_dim = 64, .causal = causal};
+    variants.clear();
+    for (const auto& ref : testing::variants_of(Kind::Attention))
+      if (!ref.variant().constraints.refuse(shape, sm)) variants.push_back(ref);
+    if (variants.empty()) return;  // this ctest entry's step puts B·H on grid.y or grid.z
+    check_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+              variants, shape);
+    REQUIRE_FALSE(testing::session().context_lost);
+  }
+}
+
 TEST_CASE("every kernel of every variant fits at least one block per SM", "[gpu][attention]") {
   // The occupancy query must come after the shared-memory opt-in (a kernel above 48 KB of dynamic
   // shared memory reads 0 blocks/SM otherwise, as the published tables once did).

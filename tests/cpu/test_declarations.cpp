@@ -1,0 +1,144 @@
+// What each variant declares about the problems it launches for, checked against what its
+// registration says in other words (kernel names, grid comments), so that a declaration that is
+// missing or wrong fails here, on CI, without a GPU. Two defects of issue 13:
+//   - a problem's resource table listed kernels the problem never launched (every causal kernel on
+//     non-causal problems, with 0 blocks/SM);
+//   - B·H > 65535 was refused for every variant, though only the grids that put B·H on grid.y or
+//     grid.z have that limit.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/peers/cudnn_attention.hpp"
+#include "common/registry.hpp"
+#include "tests/catch.hpp"
+
+using namespace ladder;
+
+namespace {
+
+constexpr int kHopper = 90;  // every variant's compute capability is met: only the shape decides
+
+// "fa_v2_1_kernel<D=64,Bc=32,causal>", "wgmma_kernel<D=64,128x128> causal": the steps name the
+// causal instantiation of a kernel templated on the mask after the mask.
+bool names_causal(const std::string& name) {
+  return name.find("causal") != std::string::npos && name.find("non-causal") == std::string::npos;
+}
+// The name with the mask left out: a causal kernel and its non-causal twin have the same one.
+std::string without_causal(std::string name) {
+  for (const char* token : {" causal", ",causal", "causal"})
+    if (auto at = name.find(token); at != std::string::npos) return name.erase(at, std::string(token).size());
+  return name;
+}
+
+
+std::vector<DType> dtypes_of(const Variant& v) { return v.constraints.dtypes; }
+std::vector<int> head_dims_of(const Variant& v) {
+  return v.constraints.head_dims.empty() ? std::vector<int>{64, 128} : v.constraints.head_dims;
+}
+
+}  // namespace
+
+TEST_CASE("a problem's resource table lists only the kernels it launches", "[registry][resources]") {
+  int checked = 0;
+  for (const auto& step : Registry::instance().steps()) {
+    if (step.kind != Kind::Attention) continue;
+    for (const auto& v : step.variants) {
+      if (!v.kernels) continue;
+      for (int d : head_dims_of(v)) {
+        for (DType dtype : dtypes_of(v))
+          for (bool causal : {false, true}) {
+            const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
+                                       .causal = causal, .dtype = dtype};
+            // Not refuse(): the Hopper steps refuse every problem where there is no GPU (CI), and
+            // their tables are the ones to check. The declared D and dtypes are what a problem asks.
+            INFO(variant_id(step, v) << " on " << shape.to_string());
+            const auto all = v.kernels(d);
+            const auto listed = v.launched_kernels(shape);
+            // A problem the variant runs launches something: declaring the wrong mask (or dtype)
+            // on every kernel would empty the table.
+            CHECK_FALSE(listed.empty());
+            for (const auto& k : listed) {
+              INFO("listed: " << k.name);
+              CHECK(k.dtype == dtype);
+              if (!causal) CHECK_FALSE(names_causal(k.name));
+              // On a causal problem, a kernel whose causal twin exists is the non-causal one.
+              if (causal && !names_causal(k.name))
+                for (const auto& other : all)
+                  CHECK_FALSE((names_causal(other.name) && without_causal(other.name) == k.name));
+            }
+            ++checked;
+          }
+      }
+    }
+  }
+  CHECK(checked > 100);  // the steps' tables were really looked at
+}
+
+TEST_CASE("launched_kernels keeps a kernel by its declared mask and element type", "[registry][resources]") {
+  static const int a = 0, b = 0, c = 0;  // stand-ins for three __global__ functions
+  Variant v = attention_variant("x", "x", [](const AttentionArgs&, cudaStream_t) {});
+  v.with_kernels({KernelInfo{"both", &a, 128, 0},
+                  KernelInfo{"full", &b, 128, 0}.when_causal(false),
+                  KernelInfo{"masked causal", &c, 128, 0}.when_causal(true),
+                  KernelInfo{"bf16", &a, 128, 0, DType::BF16}});
+  auto names = [&](bool causal, DType dtype) {
+    std::vector<std::string> out;
+    for (const auto& k : v.launched_kernels({.causal = causal, .dtype = dtype})) out.push_back(k.name);
+    return out;
+  };
+  CHECK(names(false, DType::F16) == std::vector<std::string>{"both", "full"});
+  CHECK(names(true, DType::F16) == std::vector<std::string>{"both", "masked causal"});
+  CHECK(names(true, DType::BF16) == std::vector<std::string>{"bf16"});
+  Variant none = attention_variant("y", "y", [](const AttentionArgs&, cudaStream_t) {});
+  CHECK(none.launched_kernels({}).empty());
+}
+
+TEST_CASE("B·H above grid.y's 65535 is refused only by the variants whose grid has that limit",
+          "[registry][batch_heads]") {
+  const AttentionShape wide{.batch = 1, .heads = 70000, .seqlen = 64, .head_dim = 64};
+  CHECK_FALSE(validate(wide));  // the harness itself no longer refuses it
+  CHECK(validate(AttentionShape{.batch = 65536, .heads = 32768, .seqlen = 1, .head_dim = 8}));  // > 2^31 - 1
+
+  // Which steps put B·H on grid.y or grid.z (read from their launch functions): 00 (z), 04-15 (y;
+  // 06 puts it on x only in the causal heavy-first order). Step 03 and 16-19 put it on grid.x; the
+  // persistent steps (20 and up) walk a tile list; cuDNN (99) decides for itself.
+  auto expected_limit = [](int step) { return step == 0 || (step >= 4 && step <= 15); };
+  const bool cudnn_built = peers::cudnn_build_info().built;
+  int refused = 0, accepted = 0;
+  for (const auto& step : Registry::instance().steps()) {
+    if (step.kind != Kind::Attention) continue;
+    if (step.number == 99 && !cudnn_built) continue;  // its one row refuses everything: "not built"
+    for (const auto& v : step.variants) {
+      const int d = head_dims_of(v).front();
+      for (bool causal : {false, true}) {
+        AttentionShape shape = wide;
+        shape.head_dim = d;
+        shape.causal = causal;
+        shape.dtype = dtypes_of(v).front();
+        AttentionShape narrow = shape;
+        narrow.heads = int(kMaxGridYZ);  // the most grid.y takes
+        INFO(variant_id(step, v) << " on " << shape.to_string());
+        // The narrow problem may be refused for another reason (the Hopper steps ask the GPU,
+        // and there is none on CI), never for B·H; only B·H differs in the wide one.
+        const auto why_narrow = v.constraints.refuse(narrow, kHopper);
+        CHECK((!why_narrow || why_narrow->find("grid.y") == std::string::npos));
+        const auto why = v.constraints.refuse(shape, kHopper);
+        if (expected_limit(step.number)) {
+          CHECK(v.constraints.max_batch_heads == kMaxGridYZ);
+          REQUIRE(why);
+          CHECK(why->find("grid.y or grid.z") != std::string::npos);
+          CHECK(why->find("70000") != std::string::npos);
+          ++refused;
+        } else {
+          CHECK(v.constraints.max_batch_heads == 0);
+          CHECK(why == why_narrow);  // B·H = 70000 changes nothing
+          ++accepted;
+        }
+      }
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(accepted > 0);
+}

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""libladder_capi.so inside a PyTorch process, loaded the way scripts/peers.py loads it: torch is
+imported first (its own cuDNN, cuDNN frontend, CUDA runtime and CCCL are loaded), the library is
+opened with ctypes, PyTorch's cuDNN SDPA runs, then the ladder's cuDNN peer (99/cudnn,
+99/cudnn_lse) and a step kernel run on PyTorch's tensors, on PyTorch's stream, eagerly and replayed
+from a CUDA graph (peers.py's as_graph). Each output is checked against SDPA in fp32:
+its error may be at most twice that of PyTorch's own fp16/bf16 SDPA, plus one unit in the last
+place, and no NaN (O is poisoned with NaN before each call). Also B=1 H=70000 N=64 D=64 for the
+variants that run it (a refusal, cuDNN's included, is printed as a skip with its reason).
+
+    python3 tests/gpu/capi_in_torch.py --lib build/gpu/lib/libladder_capi.so
+
+Exit 0: passed; 1: failed; 77: skipped (torch not importable, or no GPU). The checks run in a
+child process: if it dies on a signal (the SIGSEGV of issue 13), this prints the child's Python
+traceback (faulthandler), which libcudnn*/libcudart*/libnvrtc* files the loader mapped
+(LD_DEBUG=libs) and, where gdb is installed, a native backtrace.
+"""
+import argparse
+import importlib.util
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+SKIP = 77
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STEP_VARIANT = "06/h200"  # a lesson that runs on every GPU the cuDNN rows run on (sm_80+)
+
+
+def load_peers():
+    """scripts/peers.py as a module: its ladder_library/ladder_call/as_graph are what is tested."""
+    spec = importlib.util.spec_from_file_location("peers", ROOT / "scripts" / "peers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def child(lib, variants):
+    import torch  # first, as in peers.py
+    peers = load_peers()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    f = peers.ladder_library(lib)  # ctypes right after torch, before any CUDA work, as peers.py
+    print("loaded %s" % lib, flush=True)
+
+    torch.manual_seed(0)
+    a = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
+    torch.matmul(a, a)  # peers.py times PyTorch's cuBLAS GEMM next
+    q, k, v = (torch.randn(2, 3, 256, 64, dtype=torch.float16, device="cuda") for _ in range(3))
+    try:  # PyTorch's cuDNN first: its handle and graphs exist before ours, as in peers.py
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            sdpa(q, k, v)
+        torch.cuda.synchronize()
+        print("PyTorch's cuDNN SDPA ran first (cuDNN %s)" % torch.backends.cudnn.version(), flush=True)
+    except Exception as e:  # noqa: BLE001 (a GPU without cuDNN attention: the rest still runs)
+        print("note: PyTorch's cuDNN SDPA did not run (%s)" % str(e).splitlines()[0], flush=True)
+
+    shapes = [(2, 3, 1000, 64, False), (2, 3, 1000, 64, True), (1, 2, 77, 128, True),
+              (1, 70000, 64, 64, False), (1, 70000, 64, 64, True)]
+    failures, ran = [], 0
+    for dtype in (torch.float16, torch.bfloat16):
+        ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+        for (b, h, n, d, causal) in shapes:
+            if h > 65535 and dtype == torch.bfloat16:
+                continue  # one dtype is enough for the wide case
+            q, k, v = (torch.randn(b, h, n, d, dtype=dtype, device="cuda") for _ in range(3))
+            ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+            torch_err = float((sdpa(q, k, v, is_causal=causal).float() - ref).abs().max())
+            for variant in variants:
+                what = "%s B=%d H=%d N=%d D=%d %s %s" % (variant, b, h, n, d,
+                                                         "causal" if causal else "non-causal",
+                                                         str(dtype).split(".")[-1])
+                call, o = peers.ladder_call(f, variant, q, k, v, causal, dtype == torch.bfloat16)
+                o.fill_(float("nan"))
+                try:
+                    call()  # the first call (where the crash was)
+                    torch.cuda.synchronize()
+                except RuntimeError as e:  # the variant refused (its reason), or failed
+                    message = str(e)
+                    refusal = "does not run" in message or "cuDNN has no engine" in message
+                    print(("SKIP  " if refusal else "FAIL  ") + what + ": " + message[:400], flush=True)
+                    if not refusal:
+                        failures.append(what)
+                    continue
+                for how in ("eager", "graph"):
+                    if how == "graph":
+                        o.fill_(float("nan"))
+                        replay, method = peers.as_graph(call)
+                        replay()
+                        torch.cuda.synchronize()
+                        how = method
+                    finite = bool(torch.isfinite(o).all())
+                    err = float((o.float() - ref).abs().max()) if finite else float("nan")
+                    tol = 2 * torch_err + ulp * float(ref.abs().max())
+                    ok = finite and err <= tol
+                    ran += 1
+                    print("%s  %s (%s): max|O - SDPA fp32| = %.3g, tolerance %.3g (2 x PyTorch's %.3g + 1 ulp)"
+                          % ("ok  " if ok else "FAIL", what, how, err, tol, torch_err), flush=True)
+                    if not ok:
+                        failures.append(what + " " + how)
+            del q, k, v, ref
+    if failures:
+        print("FAILED: %d of the checks: %s" % (len(failures), "; ".join(failures)))
+        return 1
+    if ran == 0:
+        print("FAILED: nothing ran (every variant refused every shape)")
+        return 1
+    print("passed: %d checks" % ran)
+    return 0
+
+
+def diagnose(cmd, env):
+    """After a crash: what the loader mapped, and a native backtrace if gdb is here."""
+    print("\n---- diagnosis: the libraries the dynamic loader mapped (LD_DEBUG=libs) ----", flush=True)
+    run = subprocess.run(cmd, env=dict(env, LD_DEBUG="libs"), capture_output=True, text=True)
+    seen = set()
+    for line in run.stderr.splitlines():
+        if "calling init:" in line and any(x in line for x in ("cudnn", "cudart", "nvrtc", "cublas", "ladder", "libcuda")):
+            path = line.split("calling init:")[-1].strip()
+            if path not in seen:
+                seen.add(path)
+                print("  " + path)
+    if shutil.which("gdb"):
+        print("\n---- diagnosis: native backtrace (gdb -batch) ----", flush=True)
+        gdb = subprocess.run(["gdb", "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "info sharedlibrary"]
+                             + ["--args"] + cmd, env=env, capture_output=True, text=True)
+        keep = [l for l in gdb.stdout.splitlines() if l.startswith("#") or "cudnn" in l or "ladder" in l
+                or "signal" in l.lower()]
+        print("\n".join(keep[:120]))
+    else:
+        print("(gdb is not installed: no native backtrace; `apt-get install gdb` gives one)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="libladder_capi.so")
+    ap.add_argument("--variants", default="99/cudnn,99/cudnn_lse," + STEP_VARIANT)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    variants = [x for x in args.variants.split(",") if x]
+    if args.child:
+        return child(args.lib, variants)
+
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001
+        print("SKIPPED: torch is not importable (%s); this test needs PyTorch with CUDA" % e)
+        return SKIP
+    if not torch.cuda.is_available():
+        print("SKIPPED: torch %s sees no CUDA GPU" % torch.__version__)
+        return SKIP
+    if not os.path.exists(args.lib):
+        print("FAILED: %s does not exist (build the ladder_capi target)" % args.lib)
+        return 1
+    cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child",
+           "--lib", os.path.abspath(args.lib), "--variants", ",".join(variants)]
+    rc = subprocess.run(cmd).returncode
+    if rc < 0:
+        print("\nFAILED: the process that loaded %s died on %s" % (args.lib, signal.Signals(-rc).name))
+        diagnose(cmd, os.environ)
+        return 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
