@@ -397,7 +397,12 @@ def compare_table(spec):
                                       for b, h, n, d, c in shapes) + " |",
            "|---|" + "---|" * len(shapes)]
     noisy = False
+    left_out = []
     for p in pairs:
+        if not any(by.get((p["old"],) + k, {}).get("tflops") and by.get((p["new"],) + k, {}).get("tflops")
+                   for k in shapes):
+            left_out.append(f"{label(p['old'])} → {label(p['new'])}")  # neither side ran any shape
+            continue
         cells = []
         for key in shapes:
             o, nw = by.get((p["old"],) + key), by.get((p["new"],) + key)
@@ -415,6 +420,9 @@ def compare_table(spec):
             cells.append(f"{ratio:.2f}×{mark} ({o['tflops']:.0f}→{nw['tflops']:.0f})")
         out.append(f"| {label(p['old'])} → {label(p['new'])} | " + " | ".join(cells) + " |")
     out.append("")
+    if left_out:
+        out.append("Not in the table (no shape both sides ran, e.g. an old kernel without this element type): "
+                   + ", ".join(left_out) + ".\n")
     commits = data["provenance"].get("ladder_lib_commits", {})
     if commits:
         out.append("Libraries: " + ", ".join(f"{k} built from `{v}`" for k, v in commits.items()) + ".\n")
