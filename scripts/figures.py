@@ -22,8 +22,8 @@
                           step 06 and PyTorch's backends as lines (results/h200/2026-11-30-softmax-
                           series.json and -softmax-peers.json: measured, not schematic).
 
-The schedules are computed from the kernels' own formulas (the `work_of` / `tile_of` of
-steps/20_persistent and steps/21_causal_schedule, and the weight model of scripts/tile_model.py:
+The schedules are computed from the kernels' own formulas (the `tile_index` / `decode` of
+common/device/hopper/tile_scheduler.cuh, and the weight model of scripts/tile_model.py:
 a tile costs its K/V blocks plus half a block of prologue and epilogue). The timelines (ring,
 ping-pong) are schematic: their durations are illustrative, not measured.
 matplotlib is installed with pip if it is missing (CI never runs this script).
