@@ -55,6 +55,9 @@ TEST_CASE("a problem's resource table lists only the kernels it launches", "[reg
             // their tables are the ones to check. The declared D and dtypes are what a problem asks.
             INFO(variant_id(step, v) << " on " << shape.to_string());
             const auto all = v.kernels(d);
+            // A variant with no kernel at this D (22/three_consumers at D = 128) refuses it through
+            // its own refuse_if, with the reason; there is no table to check.
+            if (all.empty()) continue;
             const auto listed = v.launched_kernels(shape);
             // A problem the variant runs launches something: declaring the wrong mask (or dtype)
             // on every kernel would empty the table.
