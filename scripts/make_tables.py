@@ -401,8 +401,11 @@ def compare_table(spec):
     for p in pairs:
         if not any(by.get((p["old"],) + k, {}).get("tflops") and by.get((p["new"],) + k, {}).get("tflops")
                    for k in shapes):
-            left_out.append(f"{label(p['old'])} → {label(p['new'])}")  # neither side ran any shape
-            continue
+            why = next((r.get("error", "") for k in shapes for r in (by.get((p["old"],) + k), by.get((p["new"],) + k))
+                        if r and r.get("error")), "")
+            why = why.split(": ", 1)[-1] if " does not run " in why else why  # the reason, not the shape
+            left_out.append(f"{label(p['old'])} → {label(p['new'])}" + (f" ({why[:80]})" if why else ""))
+            continue  # no shape that both sides ran
         cells = []
         for key in shapes:
             o, nw = by.get((p["old"],) + key), by.get((p["new"],) + key)
@@ -421,8 +424,7 @@ def compare_table(spec):
         out.append(f"| {label(p['old'])} → {label(p['new'])} | " + " | ".join(cells) + " |")
     out.append("")
     if left_out:
-        out.append("Not in the table (no shape both sides ran, e.g. an old kernel without this element type): "
-                   + ", ".join(left_out) + ".\n")
+        out.append("Not in the table (no shape both sides ran): " + "; ".join(left_out) + ".\n")
     commits = data["provenance"].get("ladder_lib_commits", {})
     if commits:
         out.append("Libraries: " + ", ".join(f"{k} built from `{v}`" for k, v in commits.items()) + ".\n")
