@@ -24,7 +24,10 @@
 // What stays from step 19 (pingpong_3stage): the producer/consumer split, the ping-pong and
 // in-warpgroup overlap, the 3-stage ring, the tiles and the arithmetic. The shared memory is now a
 // struct (shared_storage.cuh) and the ring's steps and the two products are functions
-// (pipeline.cuh, gemm.cuh): the pieces every later Hopper kernel reuses.
+// (pipeline.cuh, gemm.cuh): the pieces every later Hopper kernel reuses. The warpgroup index is
+// broadcast from lane 0 (warpgroup_index, arch.cuh), so the compiler knows each role's branch is
+// warp-uniform: the tile loop's bounds and Q's descriptors, now computed per tile inside the
+// consumer branch, stay in uniform registers next to the wgmma that reads them.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
 
   const int tid = threadIdx.x;
-  const int warpgroup = tid / kWarpgroupThreads;
+  const int warpgroup = hopper::warpgroup_index();  // warp-uniform, and known to be (arch.cuh)
   const int warp_in_wg = (tid % kWarpgroupThreads) / 32;
   const int lane = tid % 32;
   const int g = lane / 4;

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
 
   const int tid = threadIdx.x;
-  const int warpgroup = tid / kWarpgroupThreads;
+  const int warpgroup = hopper::warpgroup_index();  // warp-uniform, and known to be (arch.cuh)
   const int warp_in_wg = (tid % kWarpgroupThreads) / 32;
   const int lane = tid % 32;
   const int g = lane / 4;

@@ -61,6 +61,25 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 namespace ladder::hopper {
 
+#if LADDER_SM90A
+// The calling thread's warpgroup (threadIdx.x / 128), broadcast from lane 0 of its warp. All 32
+// lanes of a warp share a warpgroup, but the compiler treats a value computed from threadIdx as
+// per-thread, so the role branch (producer, consumer c) looks divergent to it, and what a role
+// computes after the branch (its tile, the K/V loop bounds, Q's wgmma descriptors) may stay in
+// per-thread registers: copied into uniform ones before every wgmma, compared per thread at every
+// loop test. A shuffled value is the same in every lane by construction, so the branches are
+// warp-uniform and those values live in the uniform registers that wgmma and the loop tests read.
+// Call it where every lane of the warp is present (the kernel's start).
+__device__ __forceinline__ int warpgroup_index() {
+  constexpr int kWarpgroupThreads = 128;
+  return __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreads, 0);
+}
+#endif  // LADDER_SM90A
+
+}  // namespace ladder::hopper
+
+namespace ladder::hopper {
+
 // Named barriers (bar.sync / bar.arrive with an id, sm_70+): a barrier among `kThreads` threads
 // that need not be the whole CTA. sync waits until kThreads threads have arrived (itself
 // included); arrive adds the calling warp's threads and goes on. Id 0 is __syncthreads'.
