@@ -30,7 +30,7 @@ STEP_VARIANT = "06/h200"  # a lesson that runs on every GPU the cuDNN rows run o
 
 
 def load_peers():
-    """scripts/peers.py as a module: its ladder_library/ladder_call/as_graph are what is tested."""
+    """scripts/peers.py as a module: its LadderLibraries/ladder_call/as_graph are what is tested."""
     spec = importlib.util.spec_from_file_location("peers", ROOT / "scripts" / "peers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,7 +42,7 @@ def child(lib, variants):
     peers = load_peers()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    f = peers.ladder_library(lib)  # ctypes right after torch, before any CUDA work, as peers.py
+    f = peers.LadderLibs([lib])  # ctypes right after torch, before any CUDA work, as peers.py
     print("loaded %s" % lib, flush=True)
 
     torch.manual_seed(0)
@@ -72,7 +72,7 @@ def child(lib, variants):
                 what = "%s B=%d H=%d N=%d D=%d %s %s" % (variant, b, h, n, d,
                                                          "causal" if causal else "non-causal",
                                                          str(dtype).split(".")[-1])
-                call, o = peers.ladder_call(f, variant, q, k, v, causal, dtype == torch.bfloat16)
+                call, o = peers.ladder_call(f, "", variant, q, k, v, causal, dtype == torch.bfloat16)
                 o.fill_(float("nan"))
                 try:
                     call()  # the first call (where the crash was)
