@@ -26,7 +26,6 @@
 #include <memory>
 #include <string>
 #include <tuple>
-#include <utility>
 
 #include "common/check.hpp"
 #include "common/device_buffer.hpp"
@@ -47,22 +46,22 @@ const ladder::Variant* find_variant(const std::string& id, std::string* why) {
   return nullptr;
 }
 
-int current_sm() {
-  int device = 0, major = 0, minor = 0;
+// What the call needs to know of the current device, read per call (the caller may switch devices
+// between calls): its compute capability (for the variants' refusals), SM count and L2 size
+// (AttentionArgs::sm_count, l2_bytes).
+struct Device {
+  int sm = 0;
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+};
+Device current_device() {
+  int device = 0, major = 0, minor = 0, sms = 0, l2 = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return 10 * major + minor;
-}
-
-// The current device's SM count and L2 size (AttentionArgs::sm_count, l2_bytes), read per call:
-// the caller may switch devices between calls.
-std::pair<int, std::size_t> current_sizes() {
-  int device = 0, sms = 0, l2 = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  return {sms, std::size_t(l2)};
+  return {10 * major + minor, sms, std::size_t(l2)};
 }
 
 // Workspaces by (variant id, bytes), kept for the life of the process.
@@ -96,14 +95,14 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
       set_error(error, error_bytes, *bad);
       return 1;
     }
-    if (auto refused = variant->constraints.refuse(shape, current_sm())) {
+    const Device gpu = current_device();
+    if (auto refused = variant->constraints.refuse(shape, gpu.sm)) {
       set_error(error, error_bytes, std::string(id) + " does not run " + shape.to_string() + ": " + *refused);
       return 1;
     }
     const std::size_t bytes = variant->workspace_bytes(shape);
     auto& slot = workspaces()[{std::string(id), bytes}];
     if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
-    const auto [sm_count, l2_bytes] = current_sizes();
     const ladder::AttentionArgs args{shape,
                                      shape.softmax_scale(),
                                      static_cast<const __half*>(q),
@@ -112,8 +111,8 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
                                      static_cast<__half*>(o),
                                      lse,
                                      slot->get(),
-                                     sm_count,
-                                     l2_bytes};
+                                     gpu.sm_count,
+                                     gpu.l2_bytes};
     std::get<ladder::AttentionLaunch>(variant->launch)(args, static_cast<cudaStream_t>(stream));
     return 0;
   } catch (const std::exception& e) {
