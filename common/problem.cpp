@@ -12,6 +12,7 @@ const char* kind_name(Kind kind) {
     case Kind::Attention: return "attention";
     case Kind::Matmul: return "matmul";
     case Kind::Reduction: return "reduction";
+    case Kind::Backward: return "backward";
   }
   return "?";
 }
@@ -71,5 +72,11 @@ double min_bytes(const MatmulShape& s) {
   return 4.0 * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);
 }
 double min_bytes(const ReductionShape& s) { return 4.0 * double(s.count) + 4.0; }
+
+double backward_flops(const AttentionShape& s) { return 2.5 * flops(s); }
+double backward_min_bytes(const AttentionShape& s) {
+  // Q, K, V, O, dO in and dQ, dK, dV out, 2 bytes each; the fp32 log-sum-exp in.
+  return 8.0 * double(s.elements()) * 2.0 + 4.0 * double(s.rows());
+}
 
 }  // namespace ladder

@@ -11,7 +11,8 @@
 
 namespace ladder {
 
-enum class Kind { Attention, Matmul, Reduction };
+// Backward: the gradients dQ, dK, dV of an attention problem (Part V); its shape is an AttentionShape.
+enum class Kind { Attention, Matmul, Reduction, Backward };
 const char* kind_name(Kind kind);
 
 // O = softmax(Q Kᵀ · scale [+ causal mask]) V for every (batch, head).
@@ -57,12 +58,18 @@ std::optional<std::string> validate(const ReductionShape& s);
 double flops(const AttentionShape& s);
 double flops(const MatmulShape& s);   // 2·M·N·K
 double flops(const ReductionShape& s);  // n − 1 additions
+// The backward pass of an attention problem: its five matrix products (S = QKᵀ recomputed,
+// dV = PᵀdO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀQ) are 2.5× the forward's two, halved for causal,
+// the FlashAttention papers' convention.
+double backward_flops(const AttentionShape& s);
 
 // The fewest bytes any implementation must move through device memory: each input read once,
 // each output written once. Naive kernels move more; the ledger of step 00 shows how much more.
 double min_bytes(const AttentionShape& s);
 double min_bytes(const MatmulShape& s);
 double min_bytes(const ReductionShape& s);
+// Backward: Q, K, V, O, dO and the log-sum-exp read once, dQ, dK, dV written once.
+double backward_min_bytes(const AttentionShape& s);
 
 // A dimension for ragged tiles: how many blocks of `tile` cover `n`.
 constexpr int ceil_div(int n, int tile) { return (n + tile - 1) / tile; }

@@ -112,6 +112,11 @@ Step reduction_step(int number, std::string name, std::string title, std::string
                    std::move(improves_on));
 }
 
+Step backward_step(int number, std::string name, std::string title, std::string improves_on) {
+  return make_step(Kind::Backward, "backward", number, std::move(name), std::move(title),
+                   std::move(improves_on));
+}
+
 Registry& Registry::instance() {
   static Registry registry;  // constructed on first use, so static registrars can call it
   return registry;
@@ -180,6 +185,9 @@ Variant matmul_variant(std::string name, std::string description, MatmulLaunch l
   return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
 }
 Variant reduction_variant(std::string name, std::string description, ReductionLaunch launch) {
+  return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
+}
+Variant backward_variant(std::string name, std::string description, BackwardLaunch launch) {
   return make_variant(std::move(name), std::move(description), Launch(std::move(launch)));
 }
 

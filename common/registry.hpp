@@ -100,10 +100,53 @@ struct ReductionArgs {
   void* workspace;
 };
 
+// The backward pass (Part V): from Q, K, V, the forward's O and log-sum-exp and the upstream
+// gradient dO, the gradients dQ, dK, dV of L with dO = ∂L/∂O. Shapes as AttentionArgs; the
+// tensors travel as fp16 pointers whatever the type, read through as<Element>().
+struct BackwardArgs {
+  AttentionShape shape;
+  float softmax_scale;  // 1 / sqrt(D)
+  const __half* q;      // [B, H, N, D]
+  const __half* k;
+  const __half* v;
+  const __half* o;      // the forward's output (rounded to the element type, as a forward stores it)
+  const __half* d_o;    // ∂L/∂O
+  const float* lse;     // [B, H, N]: the forward's log-sum-exp (natural log, of the scaled logits)
+  __half* dq;           // [B, H, N, D], each poisoned with NaN before the launch: every element
+  __half* dk;           //   must be written
+  __half* dv;
+  void* workspace;      // workspace_bytes(shape) bytes, or null; not cleared (a launch zeroes
+                        //   what it accumulates into, inside its own timed work)
+  int sm_count = 0;
+  std::size_t l2_bytes = 0;
+
+  template <class Element>
+  struct Tensors {
+    const Element* q;
+    const Element* k;
+    const Element* v;
+    const Element* o;
+    const Element* d_o;
+    Element* dq;
+    Element* dk;
+    Element* dv;
+  };
+  template <class Element>
+  Tensors<Element> as() const {
+    if (dtype_of<Element>() != shape.dtype)
+      throw std::logic_error(std::string("a ") + dtype_name(shape.dtype) +
+                             " problem's tensors read as " + dtype_name(dtype_of<Element>()));
+    auto in = [](const __half* p) { return reinterpret_cast<const Element*>(p); };
+    auto out = [](__half* p) { return reinterpret_cast<Element*>(p); };
+    return {in(q), in(k), in(v), in(o), in(d_o), out(dq), out(dk), out(dv)};
+  }
+};
+
 using AttentionLaunch = std::function<void(const AttentionArgs&, cudaStream_t)>;
 using MatmulLaunch = std::function<void(const MatmulArgs&, cudaStream_t)>;
 using ReductionLaunch = std::function<void(const ReductionArgs&, cudaStream_t)>;
-using Launch = std::variant<AttentionLaunch, MatmulLaunch, ReductionLaunch>;
+using BackwardLaunch = std::function<void(const BackwardArgs&, cudaStream_t)>;
+using Launch = std::variant<AttentionLaunch, MatmulLaunch, ReductionLaunch, BackwardLaunch>;
 
 // Thrown by a launch function when a library peer declines a problem it was asked to run (cuDNN
 // has no engine for it): the row is reported as skipped, with the library's words, not as failed.
@@ -143,7 +186,8 @@ struct Constraints {
 // The largest grid.y or grid.z of a launch (CUDA's limit; grid.x takes 2^31 - 1).
 inline constexpr std::int64_t kMaxGridYZ = 65535;
 
-// One problem of any kind, for the hooks that are set per kind (workspace, notes).
+// One problem of any kind, for the hooks that are set per kind (workspace, notes). A backward
+// problem is its AttentionShape: the constraints, workspace and kernel hooks of attention apply.
 using Problem = std::variant<AttentionShape, MatmulShape, ReductionShape>;
 
 // Bytes of workspace a variant needs for a problem (the naive step's N×N score matrix, FA v1's
@@ -248,7 +292,7 @@ struct Step {
   int number = -1;
   std::string name;      // directory name without the number: "fa_v2_1"
   std::string title;     // "FlashAttention v2.1: tensor cores"
-  std::string track;     // "attention", "matmul", "reduction"
+  std::string track;     // "attention", "matmul", "reduction", "backward"
   Kind kind = Kind::Attention;
   std::string improves_on;  // id of the variant this step improves on: "04/br128"; empty for none
   std::string chapter;      // docs/NN_name.md
@@ -278,6 +322,7 @@ inline constexpr int kPeerStepsFrom = 90;
 Step attention_step(int number, std::string name, std::string title, std::string improves_on = "");
 Step matmul_step(int number, std::string name, std::string title, std::string improves_on = "");
 Step reduction_step(int number, std::string name, std::string title, std::string improves_on = "");
+Step backward_step(int number, std::string name, std::string title, std::string improves_on = "");
 
 // The registry: every step linked into the executable, sorted by number.
 class Registry {
@@ -307,6 +352,7 @@ struct StepRegistrar {
 Variant attention_variant(std::string name, std::string description, AttentionLaunch launch);
 Variant matmul_variant(std::string name, std::string description, MatmulLaunch launch);
 Variant reduction_variant(std::string name, std::string description, ReductionLaunch launch);
+Variant backward_variant(std::string name, std::string description, BackwardLaunch launch);
 
 }  // namespace ladder
 

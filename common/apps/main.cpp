@@ -91,12 +91,13 @@ int main(int argc, char** argv) {
     report.gpu = session.gpu;
     print_gpu(session.gpu);
 
-    std::vector<VariantRef> attention, matmul, reduction;
+    std::vector<VariantRef> attention, matmul, reduction, backward;
     for (const auto& ref : selected) {
       switch (ref.step->kind) {
         case Kind::Attention: attention.push_back(ref); break;
         case Kind::Matmul: matmul.push_back(ref); break;
         case Kind::Reduction: reduction.push_back(ref); break;
+        case Kind::Backward: backward.push_back(ref); break;
       }
     }
     auto show = [&](ProblemRun run) {
