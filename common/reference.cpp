@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 namespace ladder {
 namespace {
@@ -100,6 +101,144 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
     else
       attention_row_low(s, q_row, k_head, v_head, i, o, &out.lse[r]);
   });
+  return out;
+}
+
+// ---- the backward pass ----------------------------------------------------------------------
+ForwardForBackward forward_for_backward_fp64(const AttentionShape& s, std::span<const float> q,
+                                             std::span<const float> k, std::span<const float> v,
+                                             std::span<const float> d_o) {
+  ForwardForBackward out;
+  const std::size_t rows = std::size_t(s.rows());
+  const int d = s.head_dim;
+  out.o.resize(rows * d);
+  out.stats.lse.resize(rows);
+  out.stats.delta.resize(rows);
+  const std::int64_t head_elems = std::int64_t(s.seqlen) * d;
+  parallel_rows(rows, [&](std::size_t row) {
+    const std::int64_t bh = std::int64_t(row) / s.seqlen;
+    const int i = int(std::int64_t(row) % s.seqlen);
+    double* o = out.o.data() + row * d;
+    attention_row_fp64(s, q.data() + row * d, k.data() + bh * head_elems, v.data() + bh * head_elems,
+                       i, o, &out.stats.lse[row]);
+    double delta = 0.0;
+    for (int t = 0; t < d; ++t) delta += double(d_o[row * d + t]) * o[t];
+    out.stats.delta[row] = delta;
+  });
+  return out;
+}
+
+BackwardStats backward_stats_low(const AttentionShape& s, std::span<const float> o_stored,
+                                 std::span<const float> d_o, std::span<const float> lse_stored) {
+  BackwardStats out;
+  const std::size_t rows = std::size_t(s.rows());
+  out.lse.assign(lse_stored.begin(), lse_stored.end());
+  out.delta.resize(rows);
+  for (std::size_t row = 0; row < rows; ++row) {
+    float delta = 0.f;
+    for (int t = 0; t < s.head_dim; ++t)
+      delta += d_o[row * s.head_dim + t] * o_stored[row * s.head_dim + t];
+    out.delta[row] = delta;
+  }
+  return out;
+}
+
+namespace {
+// One gradient row in precision T (double, or float with the kernel's roundings). Query row i:
+// dQ_i = scale Σ_j dS_ij K_j over the keys it sees. Key row j: dV_j = Σ_i P_ij dO_i and
+// dK_j = scale Σ_i dS_ij Q_i over the query rows that see it.
+template <typename T>
+struct GradientRow {
+  const AttentionShape& s;
+  const BackwardInputs& in;
+  const BackwardStats& stats;
+  std::int64_t bh;  // (batch, head)
+
+  const float* at(std::span<const float> x, int row) const {
+    return x.data() + (bh * s.seqlen + row) * s.head_dim;
+  }
+  T round(T x) const {
+    if constexpr (std::is_same_v<T, float>) return round_to(s.dtype, x);
+    return x;
+  }
+  T dot(const float* a, const float* b) const {
+    T acc = 0;
+    for (int t = 0; t < s.head_dim; ++t) acc += T(a[t]) * T(b[t]);
+    return acc;
+  }
+  // P_ij and dS_ij (each rounded as it feeds a product in low precision).
+  void probabilities(int i, int j, T* p, T* ds) const {
+    const std::int64_t row = bh * s.seqlen + i;
+    const T score = dot(at(in.q, i), at(in.k, j)) * scale();
+    const T prob = std::exp(score - T(stats.lse[row]));
+    const T dp = dot(at(in.d_o, i), at(in.v, j));
+    *p = round(prob);
+    *ds = round(prob * (dp - T(stats.delta[row])));
+  }
+  T scale() const {
+    return std::is_same_v<T, float> ? T(s.softmax_scale()) : T(1.0 / std::sqrt(double(s.head_dim)));
+  }
+  void query(int i, double* dq) const {
+    std::vector<T> acc(s.head_dim, T(0));
+    const int last = s.causal ? i : s.seqlen - 1;
+    for (int j = 0; j <= last; ++j) {
+      T p, ds;
+      probabilities(i, j, &p, &ds);
+      const float* kj = at(in.k, j);
+      for (int t = 0; t < s.head_dim; ++t) acc[t] += ds * T(kj[t]);
+    }
+    for (int t = 0; t < s.head_dim; ++t) dq[t] = double(round(acc[t] * scale()));
+  }
+  void key(int j, double* dk, double* dv) const {
+    std::vector<T> acc_k(s.head_dim, T(0)), acc_v(s.head_dim, T(0));
+    for (int i = s.causal ? j : 0; i < s.seqlen; ++i) {
+      T p, ds;
+      probabilities(i, j, &p, &ds);
+      const float* qi = at(in.q, i);
+      const float* doi = at(in.d_o, i);
+      for (int t = 0; t < s.head_dim; ++t) {
+        acc_v[t] += p * T(doi[t]);
+        acc_k[t] += ds * T(qi[t]);
+      }
+    }
+    for (int t = 0; t < s.head_dim; ++t) {
+      dk[t] = double(round(acc_k[t] * scale()));
+      dv[t] = double(round(acc_v[t]));
+    }
+  }
+};
+
+template <typename T>
+void backward_rows(const AttentionShape& s, const BackwardInputs& in, const BackwardStats& stats,
+                   BackwardRows& out) {
+  const int d = s.head_dim;
+  parallel_rows(out.q_rows.size() + out.k_rows.size(), [&](std::size_t r) {
+    if (r < out.q_rows.size()) {
+      const std::int64_t row = out.q_rows[r];
+      GradientRow<T>{s, in, stats, row / s.seqlen}.query(int(row % s.seqlen), out.dq.data() + r * d);
+    } else {
+      const std::size_t kr = r - out.q_rows.size();
+      const std::int64_t row = out.k_rows[kr];
+      GradientRow<T>{s, in, stats, row / s.seqlen}.key(int(row % s.seqlen), out.dk.data() + kr * d,
+                                                        out.dv.data() + kr * d);
+    }
+  });
+}
+}  // namespace
+
+BackwardRows backward_reference(const AttentionShape& s, const BackwardInputs& in,
+                                const BackwardStats& stats, std::span<const std::int64_t> q_rows,
+                                std::span<const std::int64_t> k_rows, Precision precision) {
+  BackwardRows out;
+  out.q_rows.assign(q_rows.begin(), q_rows.end());
+  out.k_rows.assign(k_rows.begin(), k_rows.end());
+  out.dq.resize(q_rows.size() * s.head_dim);
+  out.dk.resize(k_rows.size() * s.head_dim);
+  out.dv.resize(k_rows.size() * s.head_dim);
+  if (precision == Precision::Fp64)
+    backward_rows<double>(s, in, stats, out);
+  else
+    backward_rows<float>(s, in, stats, out);
   return out;
 }
 

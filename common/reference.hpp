@@ -32,6 +32,50 @@ AttentionRows attention_reference(const AttentionShape& shape, std::span<const f
                                   std::span<const float> k, std::span<const float> v,
                                   std::span<const std::int64_t> rows, Precision precision);
 
+// ---- The backward pass (Part V) --------------------------------------------------------------
+// With P = softmax(S·scale) row by row and dO = ∂L/∂O:
+//   dV = Pᵀ dO,  dP = dO Vᵀ,  D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij),  dS = P ∘ (dP − D_i),
+//   dQ = scale · dS K,  dK = scale · dSᵀ Q.
+// A gradient row of dK or dV (key j) sums over every query row i, and each term needs that row's
+// log-sum-exp and D_i: the per-row statistics below, computed once for the whole problem.
+struct BackwardStats {
+  std::vector<double> lse;    // shape.rows(): log-sum-exp of each query row
+  std::vector<double> delta;  // shape.rows(): D_i
+};
+
+// The exact statistics and output of every row, in fp64 on the CPU (the forward of every row:
+// B·H·N²·D multiply-adds, for tests and small problems; the runner uses the GPU's fp64 forward,
+// common/reference_gpu.hpp, and checks it against attention_reference on its sampled rows).
+struct ForwardForBackward {
+  std::vector<double> o;  // shape.elements()
+  BackwardStats stats;
+};
+ForwardForBackward forward_for_backward_fp64(const AttentionShape& shape, std::span<const float> q,
+                                             std::span<const float> k, std::span<const float> v,
+                                             std::span<const float> d_o);
+
+// The statistics a low-precision kernel works from: the forward's stored fp32 LSE as it is, and
+// D_i summed in fp32 from the stored (rounded) O, as a preprocess kernel computes it.
+BackwardStats backward_stats_low(const AttentionShape& shape, std::span<const float> o_stored,
+                                 std::span<const float> d_o, std::span<const float> lse_stored);
+
+// Rows of dQ (query rows `q_rows`) and of dK, dV (key rows `k_rows`), as global row indices
+// (b·H + h)·N + i. Fp64: every operation in double from exact statistics. Low: fp32 scores and
+// sums, P and dS rounded to the element type before the products they feed (as a kernel feeds
+// them to the tensor cores), fp32 accumulation, the gradients rounded to the element type.
+struct BackwardRows {
+  std::vector<std::int64_t> q_rows, k_rows;
+  std::vector<double> dq;  // q_rows.size() × D
+  std::vector<double> dk;  // k_rows.size() × D
+  std::vector<double> dv;  // k_rows.size() × D
+};
+struct BackwardInputs {
+  std::span<const float> q, k, v, d_o;  // widened element values, [B, H, N, D]
+};
+BackwardRows backward_reference(const AttentionShape& shape, const BackwardInputs& in,
+                                const BackwardStats& stats, std::span<const std::int64_t> q_rows,
+                                std::span<const std::int64_t> k_rows, Precision precision);
+
 // Rows of C = A·B for the selected row indices (fp64, or fp32 accumulation in k order).
 struct MatmulRows {
   std::vector<std::int64_t> rows;

@@ -42,7 +42,8 @@ std::string speedup_text(const Row& r) {
 std::string rerun_text(const Row& r) {
   if (!r.rerun_identical) return "";
   if (*r.rerun_identical) return "identical";
-  return r.deterministic ? "DIFFERS" : "differs (atomics)";
+  if (r.deterministic) return "DIFFERS";
+  return r.rerun_max_abs ? fmt::format("Δ {:.1e} (atomics)", *r.rerun_max_abs) : "differs (atomics)";
 }
 
 }  // namespace
@@ -80,6 +81,8 @@ void print_table(const ProblemRun& run, bool show_resources) {
       fmt::print("    -> {}\n", r.error && !r.error->pass ? r.error->verdict() : r.note);
     if (r.lse_error && !r.lse_error->pass)
       fmt::print("    -> log-sum-exp: {}\n", r.lse_error->verdict());
+    for (const auto& [name, e] : r.gradient_errors)
+      if (!e.pass) fmt::print("    -> {}: {}\n", name, e.verdict());
   }
   for (const auto& note : run.notes) fmt::print("  note: {}\n", note);
   for (const Row& r : run.rows)
@@ -165,6 +168,7 @@ nlohmann::json to_json(const Row& r) {
   }
   if (r.error) j["error"] = to_json(*r.error);
   if (r.lse_error) j["lse_error"] = to_json(*r.lse_error);
+  for (const auto& [name, e] : r.gradient_errors) j["gradient_errors"][name] = to_json(e);
   if (r.speedup) {
     j["speedup_vs_baseline"] = *r.speedup;
     j["same_speed_as_baseline"] = r.same_speed;
@@ -173,6 +177,8 @@ nlohmann::json to_json(const Row& r) {
     j["max_abs_diff_vs_baseline"] =
         std::isfinite(*r.diff_vs_baseline) ? nlohmann::json(*r.diff_vs_baseline) : nullptr;
   if (r.rerun_identical) j["rerun_identical"] = *r.rerun_identical;
+  if (r.rerun_max_abs)
+    j["rerun_max_abs"] = std::isfinite(*r.rerun_max_abs) ? nlohmann::json(*r.rerun_max_abs) : nullptr;
   if (r.percent_of_gemm) j["percent_of_gemm"] = *r.percent_of_gemm;
   for (const auto& k : r.kernels)
     j["kernels"].push_back({{"name", k.name},
@@ -249,6 +255,8 @@ bool all_passed(const Report& report) {
       if (r.status == Row::Status::Failed) return false;
       if (r.error && !r.error->pass) return false;
       if (r.lse_error && !r.lse_error->pass) return false;
+      for (const auto& [name, e] : r.gradient_errors)
+        if (!e.pass) return false;
       if (r.rerun_identical && !*r.rerun_identical && r.deterministic) return false;
     }
   return true;

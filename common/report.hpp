@@ -42,11 +42,15 @@ struct Row {
 
   std::optional<ErrorStats> error;      // against the references
   std::optional<ErrorStats> lse_error;  // for variants that write the log-sum-exp
+  // Backward problems: one check per gradient ("dQ", "dK", "dV"); `error` is then the one that
+  // fails, or the one nearest its tolerance, so the table's columns show the worst gradient.
+  std::vector<std::pair<std::string, ErrorStats>> gradient_errors;
   std::string baseline;                 // id this row is compared with
   std::optional<double> speedup;        // baseline median / this median
   bool same_speed = false;              // the difference is inside the spread
   std::optional<double> diff_vs_baseline;  // max |this output − baseline output|
   std::optional<bool> rerun_identical;     // the last timed launch's output equals the checked one
+  std::optional<double> rerun_max_abs;     // where it does not: max |Δ| between the two (atomics)
   std::optional<double> percent_of_gemm;   // attention: 100 · TFLOP/s / the fp16 GEMM ceiling's
   bool deterministic = true;
   std::vector<KernelResources> kernels;

@@ -18,6 +18,7 @@
 #include "common/npy.hpp"
 #include "common/random.hpp"
 #include "common/reference.hpp"
+#include "common/reference_gpu.hpp"
 
 namespace ladder {
 namespace {
@@ -25,7 +26,7 @@ namespace {
 constexpr int kPoisonByte = 0xFF;  // every byte 0xFF: NaN in fp16, bf16 and fp32
 
 // Streams of the random generator, one per input tensor, so Q, K and V are independent.
-enum InputStream : std::uint64_t { kStreamQ = 1, kStreamK, kStreamV, kStreamA, kStreamB, kStreamX };
+enum InputStream : std::uint64_t { kStreamQ = 1, kStreamK, kStreamV, kStreamA, kStreamB, kStreamX, kStreamDO };
 
 std::size_t free_device_bytes() {
   std::size_t free_bytes = 0, total = 0;
@@ -279,10 +280,14 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
           time_launch(hooks.launch, stream, options.timing, session.flusher));
       row.timing = baselines.rounds[row_index].back();
       // The last timed launch overwrote the output: it must equal the checked one bit for bit.
-      row.rerun_identical = identical(out, hooks.download());
+      const Output again = hooks.download();
+      row.rerun_identical = identical(out, again);
+      if (!*row.rerun_identical) row.rerun_max_abs = max_abs_difference(out.values, again.values);
       if (retain) baselines.retimers.push_back({row_index, hooks.launch});
     } else {
-      row.rerun_identical = identical(out, run_once());
+      const Output again = run_once();
+      row.rerun_identical = identical(out, again);
+      if (!*row.rerun_identical) row.rerun_max_abs = max_abs_difference(out.values, again.values);
     }
     if (auto it = baselines.outputs.find(row.baseline); it != baselines.outputs.end())
       row.diff_vs_baseline = max_abs_difference(out.values, it->second.values);
@@ -374,6 +379,25 @@ bool refused(Row& row, const Variant& variant, const Shape& shape, int sm) {
   row.status = Row::Status::Skipped;
   row.note = *why;
   return true;
+}
+
+// A variant this GPU cannot hold: more shared memory per block than it allows, or more workspace
+// than is free. The row is skipped with the reason.
+bool refused_resources(Row& row, const Variant& variant, const AttentionShape& shape, const GpuInfo& gpu) {
+  for (const auto& k : variant.launched_kernels(shape))
+    if (k.dynamic_smem > gpu.smem_per_block_optin) {
+      row.status = Row::Status::Skipped;
+      row.note = fmt::format("{} needs {} KB of shared memory per block; this GPU allows {} KB",
+                             k.name, k.dynamic_smem / 1024, gpu.smem_per_block_optin / 1024);
+      return true;
+    }
+  const std::size_t ws = variant.workspace_bytes(shape);
+  if (ws + kHeadroomBytes > free_device_bytes()) {
+    row.status = Row::Status::Skipped;
+    row.note = fmt::format("needs {:.1f} GiB of workspace, more than the GPU has free", gib(double(ws)));
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -479,20 +503,9 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     row.flops = flops(shape);
     row.bytes = min_bytes(shape);
     row.baseline = resolve_baseline(row.baseline, shape);
-    if (refused(row, variant, shape, session.gpu.sm)) return;
-    for (const auto& k : variant.launched_kernels(shape))
-      if (k.dynamic_smem > session.gpu.smem_per_block_optin) {
-        row.status = Row::Status::Skipped;
-        row.note = fmt::format("{} needs {} KB of shared memory per block; this GPU allows {} KB",
-                               k.name, k.dynamic_smem / 1024, session.gpu.smem_per_block_optin / 1024);
-        return;
-      }
-    const std::size_t ws = variant.workspace_bytes(shape);
-    if (ws + kHeadroomBytes > free_device_bytes()) {
-      row.status = Row::Status::Skipped;
-      row.note = fmt::format("needs {:.1f} GiB of workspace, more than the GPU has free", gib(double(ws)));
+    if (refused(row, variant, shape, session.gpu.sm) || refused_resources(row, variant, shape, session.gpu))
       return;
-    }
+    const std::size_t ws = variant.workspace_bytes(shape);
     auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(ws);
     // The tensors travel as fp16 pointers whatever the dtype (AttentionArgs::as<Element>()).
     const AttentionArgs args{shape,
@@ -686,6 +699,186 @@ ProblemRun run_reduction(Session& session, const ReductionShape& shape,
     run_variant(session, ref, row, hooks, options, baselines, shape, row_index, true);
   });
   finish_timing(session, run, options, baselines);
+  return run;
+}
+
+// ---- attention backward (Part V) -------------------------------------------------------------
+namespace {
+
+// The GPU's fp64 forward (the backward's inputs and exact statistics) must agree with the CPU's
+// fp64 forward on every sampled row, or no gradient it is used to judge means anything.
+void check_gpu_forward(const AttentionShape& shape, const Tensor16& q, const Tensor16& k,
+                       const Tensor16& v, const Tensor16& d_o, const BackwardStats& gpu,
+                       std::span<const std::int64_t> rows) {
+  const AttentionRows cpu = attention_reference(shape, q.value, k.value, v.value, rows, Precision::Fp64);
+  const int d = shape.head_dim;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::size_t row = std::size_t(rows[r]);
+    double delta = 0.0, magnitude = 0.0;
+    for (int t = 0; t < d; ++t) {
+      delta += double(d_o.value[row * d + t]) * cpu.o[r * d + t];
+      magnitude += std::fabs(double(d_o.value[row * d + t]) * cpu.o[r * d + t]);
+    }
+    const bool lse_ok = std::fabs(cpu.lse[r] - gpu.lse[row]) <= 1e-9 * std::max(1.0, std::fabs(cpu.lse[r]));
+    const bool delta_ok = std::fabs(delta - gpu.delta[row]) <= 1e-9 * (1.0 + magnitude);
+    if (!lse_ok || !delta_ok)
+      throw std::logic_error(fmt::format(
+          "the fp64 forward on the GPU (common/reference_gpu.cu) disagrees with the CPU's at row {} "
+          "of {}: LSE {} vs {}, D {} vs {}; the backward's reference cannot be trusted",
+          row, shape.to_string(), gpu.lse[row], cpu.lse[r], gpu.delta[row], delta));
+  }
+}
+
+// The gradient whose check fails, or the one nearest its tolerance: what the table's error
+// columns show for a backward row.
+ErrorStats worst_gradient(const std::vector<std::pair<std::string, ErrorStats>>& errors) {
+  auto badness = [](const ErrorStats& e) {
+    if (!e.pass) return INFINITY;
+    return e.tolerance > 0 ? float(e.worst_error / e.tolerance) : 0.f;
+  };
+  const ErrorStats* worst = &errors.front().second;
+  for (const auto& [name, e] : errors)
+    if (badness(e) > badness(*worst)) worst = &e;
+  return *worst;
+}
+
+}  // namespace
+
+ProblemRun run_backward(Session& session, const AttentionShape& shape,
+                        std::span<const VariantRef> variants, const RunOptions& options) {
+  ProblemRun run = begin_run(
+      Kind::Backward, shape,
+      {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
+       {"head_dim", shape.head_dim}, {"causal", shape.causal}, {"dtype", dtype_name(shape.dtype)},
+       {"q_scale", options.q_scale}, {"k_scale", options.k_scale}},
+      variants);
+
+  const std::size_t elements = std::size_t(shape.elements());
+  const std::size_t rows = std::size_t(shape.rows());
+  // Q, K, V, O, dO in and dQ, dK, dV out (16-bit), the stored LSE (fp32) and the exact statistics
+  // (two doubles a row).
+  ensure_fits(8 * elements * sizeof(std::uint16_t) + rows * (sizeof(float) + 2 * sizeof(double)) +
+                  2 * session.gpu.l2_bytes,
+              "Q, K, V, O, dO, dQ, dK, dV and the row statistics");
+  // Host: Q, K, V, dO and O as 16-bit and widened (6 bytes an element each), and the three
+  // gradients as 16-bit and widened: the checked ones, their rerun and every kept baseline.
+  ensure_host_fits(elements * (5 * 6 + 3 * 6 * (2 + baselines_needed(variants, &shape).size())),
+                   "Q, K, V, dO, O and the gradients kept for comparison");
+
+  const DType dtype = shape.dtype;
+  const Tensor16 q = random_tensor16(elements, options.seed, kStreamQ, dtype, options.q_scale);
+  const Tensor16 k = random_tensor16(elements, options.seed, kStreamK, dtype, options.k_scale);
+  const Tensor16 v = random_tensor16(elements, options.seed, kStreamV, dtype);
+  const Tensor16 d_o = random_tensor16(elements, options.seed, kStreamDO, dtype);
+  DeviceBuffer<std::uint16_t> dev_q(elements), dev_k(elements), dev_v(elements), dev_do(elements),
+      dev_o(elements), dev_dq(elements), dev_dk(elements), dev_dv(elements);
+  DeviceBuffer<float> dev_lse(rows);
+  dev_q.upload(q.bits);
+  dev_k.upload(k.bits);
+  dev_v.upload(v.bits);
+  dev_do.upload(d_o.bits);
+
+  // The forward the backward starts from: O and the LSE as a forward stores them, and the exact
+  // statistics for the fp64 reference.
+  BackwardStats stats64;
+  std::vector<float> o_stored, lse_stored;
+  {
+    DeviceBuffer<double> dev_lse64(rows), dev_delta64(rows);
+    forward_for_backward_gpu(shape, dev_q.get(), dev_k.get(), dev_v.get(), dev_do.get(),
+                             {dev_o.get(), dev_lse.get(), dev_lse64.get(), dev_delta64.get()},
+                             session.stream.get());
+    session.stream.synchronize();
+    o_stored = widen(dtype, dev_o.download());
+    lse_stored = dev_lse.download();
+    stats64 = {dev_lse64.download(), dev_delta64.download()};
+  }
+
+  BackwardRows ref64, reflow;
+  if (options.check) {
+    // A gradient row costs about four D-long dot products per key (or query) it sums over; the
+    // budget is shared by the dQ rows and the dK/dV rows.
+    const double work = 4.0 * shape.seqlen * shape.head_dim * 2;
+    const std::int64_t budget = std::max<std::int64_t>(16, reference_rows(options, work) / 2);
+    const auto q_rows = select_rows(shape.rows(), shape.seqlen, budget, options.seed);
+    const auto k_rows = select_rows(shape.rows(), shape.seqlen, budget, options.seed + 1);
+    check_gpu_forward(shape, q, k, v, d_o, stats64, q_rows);
+    const BackwardInputs in{q.value, k.value, v.value, d_o.value};
+    ref64 = backward_reference(shape, in, stats64, q_rows, k_rows, Precision::Fp64);
+    reflow = backward_reference(shape, in, backward_stats_low(shape, o_stored, d_o.value, lse_stored),
+                                q_rows, k_rows, Precision::Low);
+  }
+
+  std::string dir;
+  const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
+  if (!options.save_dir.empty()) {
+    dir = fmt::format("{}/backward_B{}_H{}_N{}_D{}_{}{}", options.save_dir, shape.batch,
+                      shape.heads, shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full",
+                      dtype == DType::BF16 ? "_bf16" : "");
+    std::filesystem::create_directories(dir);
+    write_npy16(dir + "/q.npy", dtype, dims, q.bits);
+    write_npy16(dir + "/k.npy", dtype, dims, k.bits);
+    write_npy16(dir + "/v.npy", dtype, dims, v.bits);
+    write_npy16(dir + "/do.npy", dtype, dims, d_o.bits);
+    write_npy16(dir + "/o.npy", dtype, dims, dev_o.download());
+    write_npy(dir + "/lse.npy", "<f4", {shape.batch, shape.heads, shape.seqlen}, lse_stored.data(),
+              lse_stored.size() * 4);
+  }
+
+  Baselines baselines;
+  baselines.needed = baselines_needed(variants, &shape);
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
+    const Variant& variant = ref.variant();
+    row.flops = backward_flops(shape);
+    row.bytes = backward_min_bytes(shape);
+    row.baseline = resolve_baseline(row.baseline, shape);
+    if (refused(row, variant, shape, session.gpu.sm) || refused_resources(row, variant, shape, session.gpu))
+      return;
+    auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(variant.workspace_bytes(shape));
+    auto in = [](const DeviceBuffer<std::uint16_t>& b) { return reinterpret_cast<const __half*>(b.get()); };
+    auto out = [](DeviceBuffer<std::uint16_t>& b) { return reinterpret_cast<__half*>(b.get()); };
+    const BackwardArgs args{shape,        shape.softmax_scale(), in(dev_q),       in(dev_k),
+                            in(dev_v),    in(dev_o),             in(dev_do),      dev_lse.get(),
+                            out(dev_dq),  out(dev_dk),           out(dev_dv),     workspace->get(),
+                            session.gpu.sm_count, session.gpu.l2_bytes};
+    const auto launch = std::get<BackwardLaunch>(variant.launch);
+
+    VariantHooks hooks;
+    hooks.poison = [&] {
+      for (auto* b : {&dev_dq, &dev_dk, &dev_dv}) b->fill_bytes(kPoisonByte, session.stream.get());
+    };
+    hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
+    // The three gradients, one after the other: dQ, dK, dV.
+    hooks.download = [&] {
+      Output o;
+      for (const auto* b : {&dev_dq, &dev_dk, &dev_dv}) {
+        const auto bits = b->download();
+        o.bits16.insert(o.bits16.end(), bits.begin(), bits.end());
+      }
+      o.values = widen(dtype, o.bits16);
+      return o;
+    };
+    hooks.check = [&](Row& r, const Output& o) {
+      const std::span<const float> all(o.values);
+      const int d = shape.head_dim;
+      r.gradient_errors = {
+          {"dQ", check_attention_output(all.subspan(0, elements), d, ref64.q_rows, ref64.dq, reflow.dq, dtype)},
+          {"dK", check_attention_output(all.subspan(elements, elements), d, ref64.k_rows, ref64.dk, reflow.dk, dtype)},
+          {"dV", check_attention_output(all.subspan(2 * elements, elements), d, ref64.k_rows, ref64.dv, reflow.dv, dtype)}};
+      r.error = worst_gradient(r.gradient_errors);
+    };
+    hooks.save = [&](const Output& o) {
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int g = 0; g < 3; ++g) {
+        const std::vector<std::uint16_t> part(o.bits16.begin() + std::ptrdiff_t(g * elements),
+                                              o.bits16.begin() + std::ptrdiff_t((g + 1) * elements));
+        write_npy16(fmt::format("{}/{}_{}.npy", dir, names[g], file_id(ref.id())), dtype, dims, part);
+      }
+    };
+    run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
+                variant.workspace_bytes(shape) <= kMaxRetainedWorkspace);
+  });
+  finish_timing(session, run, options, baselines);
+  add_gemm_ceiling(session, run, options);
   return run;
 }
 

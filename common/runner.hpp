@@ -68,6 +68,10 @@ struct Session {
 
 ProblemRun run_attention(Session& session, const AttentionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options);
+// The backward pass of an attention problem (Part V): dQ, dK and dV of every backward variant,
+// each gradient checked against the fp64 reference.
+ProblemRun run_backward(Session& session, const AttentionShape& shape,
+                        std::span<const VariantRef> variants, const RunOptions& options);
 ProblemRun run_matmul(Session& session, const MatmulShape& shape,
                       std::span<const VariantRef> variants, const RunOptions& options);
 ProblemRun run_reduction(Session& session, const ReductionShape& shape,

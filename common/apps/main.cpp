@@ -113,6 +113,11 @@ int main(int argc, char** argv) {
         if (session.context_lost) break;
         show(run_attention(session, shape, attention, options.run));
       }
+    if (!backward.empty())
+      for (const auto& shape : attention_shapes(options)) {
+        if (session.context_lost) break;
+        show(run_backward(session, shape, backward, options.run));
+      }
     if (!matmul.empty() && !session.context_lost) {
       const MatmulShape shape{options.gemm[0], options.gemm[1], options.gemm[2]};
       show(run_matmul(session, shape, matmul, options.run));

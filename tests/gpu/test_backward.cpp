@@ -1,0 +1,136 @@
+// Every backward variant (Part V) against the fp64 reference on a grid of ragged shapes, every
+// gradient; and the fp64 forward on the GPU that the backward's reference starts from.
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "common/device_buffer.hpp"
+#include "common/random.hpp"
+#include "common/reference.hpp"
+#include "common/reference_gpu.hpp"
+#include "common/runner.hpp"
+#include "tests/catch.hpp"
+#include "tests/gpu/gpu_support.hpp"
+
+using namespace ladder;
+
+namespace {
+
+// As for the forward: a row that ran passes every gradient's check; a skip is allowed only where
+// the variant's declared constraints rule the problem out.
+void check_backward_run(const ProblemRun& run, std::span<const VariantRef> variants,
+                        const AttentionShape& shape) {
+  REQUIRE(run.rows.size() == variants.size());
+  for (std::size_t i = 0; i < run.rows.size(); ++i) {
+    const Row& r = run.rows[i];
+    INFO(r.id << " on " << run.shape << ": " << r.note);
+    if (r.status == Row::Status::Skipped) {
+      if (!r.duplicate_of.empty() || r.peer) continue;
+      CHECK(variants[i].variant().constraints.refuse(shape, testing::session().gpu.sm));
+      continue;
+    }
+    REQUIRE(r.status == Row::Status::Ok);
+    REQUIRE(r.gradient_errors.size() == 3);
+    for (const auto& [name, e] : r.gradient_errors) {
+      INFO(name << ": " << e.verdict() << " (rel L2 " << e.rel_l2 << ")");
+      CHECK(e.checked > 0);
+      CHECK(e.nonfinite == 0);
+      CHECK(e.pass);
+    }
+    REQUIRE(r.rerun_identical);
+    if (r.deterministic) CHECK(*r.rerun_identical);
+  }
+}
+
+std::vector<VariantRef> of_dtype(DType dtype) {
+  std::vector<VariantRef> out;
+  for (const auto& ref : testing::variants_of(Kind::Backward)) {
+    const auto& types = ref.variant().constraints.dtypes;
+    if (std::find(types.begin(), types.end(), dtype) != types.end()) out.push_back(ref);
+  }
+  return out;
+}
+
+constexpr int kSeqlens[] = {1, 17, 64, 113, 128, 129, 1000, 2048};
+constexpr int kHeadDims[] = {64, 128};
+
+}  // namespace
+
+TEST_CASE("the fp64 forward on the GPU equals the CPU's on every row", "[gpu][backward]") {
+  if (testing::variants_of(Kind::Backward).empty()) return;  // checked under the backward steps' entries
+  for (DType dtype : {DType::F16, DType::BF16})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true}) {
+        const AttentionShape s{.batch = 2, .heads = 3, .seqlen = 333, .head_dim = d, .causal = causal,
+                               .dtype = dtype};
+        const std::size_t elements = std::size_t(s.elements()), rows = std::size_t(s.rows());
+        const Tensor16 q = random_tensor16(elements, 3, 1, dtype), k = random_tensor16(elements, 3, 2, dtype),
+                       v = random_tensor16(elements, 3, 3, dtype), d_o = random_tensor16(elements, 3, 4, dtype);
+        DeviceBuffer<std::uint16_t> dq(elements), dk(elements), dv(elements), ddo(elements), o(elements);
+        DeviceBuffer<float> lse(rows);
+        DeviceBuffer<double> lse64(rows), delta64(rows);
+        dq.upload(q.bits);
+        dk.upload(k.bits);
+        dv.upload(v.bits);
+        ddo.upload(d_o.bits);
+        forward_for_backward_gpu(s, dq.get(), dk.get(), dv.get(), ddo.get(),
+                                 {o.get(), lse.get(), lse64.get(), delta64.get()}, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const ForwardForBackward cpu = forward_for_backward_fp64(s, q.value, k.value, v.value, d_o.value);
+        const auto o_bits = o.download();
+        const auto gpu_lse = lse64.download(), gpu_delta = delta64.download();
+        const auto gpu_lse32 = lse.download();
+        INFO(s.to_string());
+        double worst_o = 0;
+        for (std::size_t i = 0; i < elements; ++i) {
+          // The same O in double to ~1e-15, so its rounding matches except at an exact tie.
+          const double ulp = std::fabs(double(round_to(dtype, float(cpu.o[i])))) * (dtype == DType::F16 ? 0x1p-10 : 0x1p-7);
+          worst_o = std::max(worst_o, std::fabs(double(from_bits(dtype, o_bits[i])) - cpu.o[i]) / std::max(ulp, 1e-30));
+        }
+        CHECK(worst_o <= 1.0);
+        for (std::size_t r = 0; r < rows; ++r) {
+          CHECK(std::fabs(gpu_lse[r] - cpu.stats.lse[r]) <= 1e-9 * std::max(1.0, std::fabs(cpu.stats.lse[r])));
+          CHECK(std::fabs(gpu_delta[r] - cpu.stats.delta[r]) <= 1e-9 * (1 + std::fabs(cpu.stats.delta[r])));
+          CHECK(gpu_lse32[r] == float(gpu_lse[r]));
+        }
+      }
+}
+
+TEST_CASE("backward: ragged grid, causal and not, fp16 and bf16", "[gpu][backward]") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    const auto variants = of_dtype(dtype);
+    if (variants.empty()) continue;
+    for (int heads : {1, 3})
+      for (int d : kHeadDims)
+        for (bool causal : {false, true})
+          for (int n : kSeqlens) {
+            const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
+                                       .causal = causal, .dtype = dtype};
+            check_backward_run(run_backward(testing::session(), shape, variants, testing::check_options()),
+                               variants, shape);
+            REQUIRE_FALSE(testing::session().context_lost);
+          }
+  }
+}
+
+TEST_CASE("backward: large logits (Q×5, K×3) and a second seed", "[gpu][backward]") {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    const auto variants = of_dtype(dtype);
+    if (variants.empty()) continue;
+    RunOptions options = testing::check_options();
+    options.q_scale = 5.0f;
+    options.k_scale = 3.0f;
+    for (int d : kHeadDims)
+      for (bool causal : {false, true}) {
+        const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
+                                   .causal = causal, .dtype = dtype};
+        check_backward_run(run_backward(testing::session(), shape, variants, options), variants, shape);
+      }
+    options = testing::check_options();
+    options.seed = 7;
+    const AttentionShape shape{.batch = 3, .heads = 2, .seqlen = 333, .head_dim = 128, .causal = true,
+                               .dtype = dtype};
+    check_backward_run(run_backward(testing::session(), shape, variants, options), variants, shape);
+  }
+}
