@@ -19,6 +19,10 @@
 #   ladder     the ladder at Part IV's shapes (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N=4096,8192,
 #              both masks; FlashAttention-3's B=4 H=16 N=8448 D=128), every variant of the steps
 #              and 06/h200, per dtype
+#   backward   Part V in the ladder's process: steps 24-25 and cuDNN's backward (98) at the issue's
+#              shapes (B=4 H=8 D=64 and B=2 H=16 D=128, N=8192, both masks), per dtype; and
+#              steps 23-25 at B=4 H=8 D=64 N=1024,2048 (fp16), where the naive step's N×N
+#              matrices still fit
 #   grids      the standard grids (B=4 H=8 D=64 N=1k..16k; 16k tokens H=16 D=128 N=1k..16k), each
 #              step's main variant, timed only
 #   waves      a many-wave shape, B=16 H=16 N=4096 D=64, every variant of the steps
@@ -59,7 +63,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES=(fa4 build smoke test sanitize ladder grids waves softmax readme peers crosscheck compare ncu profile labs)
+ALL_STAGES=(fa4 build smoke test sanitize ladder backward grids waves softmax readme peers crosscheck compare ncu profile labs)
 # Old id -> new id: the variants the compare stage times side by side (the re-cut of Part IV).
 COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,20/persistent_dynamic>21/dynamic"
 COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers,21/three_consumers>22/three_consumers_3stage"
@@ -371,6 +375,19 @@ stage_ladder() {
   done
   return $rc
 }
+stage_backward() {
+  need_bin backward || return 1
+  local dt s rc=0
+  for dt in "${dtypes[@]}"; do
+    s=$(sfx "$dt")
+    local common=(--track backward --steps 24-25,98 --ref-rows 256 --dtype "$dt" --n 8192 --mask both)
+    ladder_run "backward-d64$s" 300 "${common[@]}" --b 4 --heads 8 --d 64 || rc=1
+    ladder_run "backward-d128$s" 300 "${common[@]}" --b 2 --heads 16 --d 128 || rc=1
+  done
+  ladder_run "backward-small" 200 --track backward --steps 23-25,98 --ref-rows 256 --b 4 --heads 8 --d 64 \
+    --n 1024,2048 --mask both || rc=1
+  return $rc
+}
 stage_grids() {
   need_bin grids || return 1
   local dt s rc=0 args
@@ -588,7 +605,7 @@ if has build; then stage build 60 || { note "build failed: nothing after it can 
 [ -n "$bin" ] && note "binaries: $bin ($(grep -cE '^ +[0-9]+/' "$logs/list.txt") variants listed)"
 if has smoke; then stage smoke 30 || { note "smoke failed: a kernel hangs or fails on a small problem; stopping"; exit 1; }; fi
 if has test; then stage test 60 || rc_all=1; elif has sanitize; then stage sanitize 60 || rc_all=1; fi
-for s in ladder grids waves softmax readme peers crosscheck compare ncu profile labs; do
+for s in ladder backward grids waves softmax readme peers crosscheck compare ncu profile labs; do
   stage "$s" 40 || rc_all=1
 done
 note "done in $((SECONDS - t0)) s, rc=$rc_all"
