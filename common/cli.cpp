@@ -94,7 +94,7 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_flag("--list", o.list, "List the steps and their variants, then exit (needs no GPU)");
   if (only_step < 0) {
     app.add_option("--steps", o.steps, "Steps to run: 3-6, or 0,3,5 (default: all)");
-    app.add_option("--track", o.track, "Only one track: attention, matmul or reduction");
+    app.add_option("--track", o.track, "Only one track: attention, backward, matmul or reduction");
   }
   app.add_option("--variant", o.variants, "Only these variants (name like bc32, or id like 05/bc32)");
 

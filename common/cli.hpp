@@ -14,7 +14,7 @@ namespace ladder {
 struct CliOptions {
   bool list = false;
   std::string steps;                  // "3-6", "0,3,5"; empty = all
-  std::string track;                  // "attention", "matmul", "reduction"; empty = all
+  std::string track;                  // "attention", "backward", "matmul", "reduction"; empty = all
   std::vector<std::string> variants;  // variant names or ids; empty = all
 
   int batch = 4, heads = 8;
