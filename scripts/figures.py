@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws Part IV's explanatory figures into docs/img/ (the measured plots are scripts/plot's).
+"""Draws Part IV's and Part V's explanatory figures into docs/img/ (the measured plots are scripts/plot's).
 
   scripts/figures.py              # all figures
   scripts/figures.py --out DIR    # somewhere else
@@ -21,6 +21,13 @@
                           chapter's own versions highlighted, the one it is compared with outlined,
                           step 06 and PyTorch's backends as lines (results/h200/2026-11-30-softmax-
                           series.json and -softmax-peers.json: measured, not schematic).
+
+  part5-ledger.png        step 23's memory ledger: the naive backward's four N×N matrices against
+                          the backward's minimum bytes, B=4 H=8 D=64 (computed from the formula).
+  part5-loop.png          FlashAttention-2's backward loop (step 24): K/V blocks outer, Q blocks
+                          inner, dK/dV in registers, dQ by atomics; non-causal and causal.
+  part5-schedule.png      the Hopper backward (step 25): one Q block's loads, five products and
+                          dQ accumulation (schematic).
 
 The schedules are computed from the kernels' own formulas (the `tile_index` / `decode` of
 common/device/hopper/tile_scheduler.cuh, and the weight model of scripts/tile_model.py:
@@ -379,6 +386,110 @@ def fig_part3(out):
     return made
 
 
+# ---------------------------------------------------------------- Part V: the backward pass
+
+def fig_backward_ledger(out):
+    """Step 23's bytes: four N×N fp32 matrices (S/P, dP, dS and P again for dV), each written
+    once and read once or twice, against the backward's minimum (Q, K, V, O, dO in, dQ, dK, dV
+    out, 2 bytes each; the LSE). B=4 H=8 D=64, N = 1k..16k: the formula of steps/23's ledger."""
+    b, h, d = 4, 8, 64
+    ns = [1024, 2048, 4096, 8192, 16384]
+    matrices, minimum = [], []
+    for n in ns:
+        nn = b * h * n * n * 4.0  # one fp32 N×N matrix of every head
+        matrices.append(nn * 4 * 2.5)  # four matrices, each written once and read 1.5 times on average
+        minimum.append(8.0 * b * h * n * d * 2 + 4.0 * b * h * n)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = range(len(ns))
+    ax.bar([i - 0.2 for i in x], [m / 2**30 for m in matrices], 0.4, color=RED, label="the N×N matrices (naive)")
+    ax.bar([i + 0.2 for i in x], [m / 2**30 for m in minimum], 0.4, color=BLUE, label="the minimum (inputs and gradients once)")
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), [f"N={n}" for n in ns])
+    ax.set_ylabel("GiB moved through HBM per backward")
+    for i, (m, lo) in enumerate(zip(matrices, minimum)):
+        ax.text(i, m / 2**30 * 1.3, f"{m / lo:.0f}×", ha="center", fontsize=8)
+    ax.set_title("The naive backward's memory ledger at B=4 H=8 D=64 (computed, not measured)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out / "part5-ledger.png", dpi=100)
+    plt.close(fig)
+
+
+def fig_backward_loop(out):
+    """FA2's backward (step 24): a CTA owns one K/V block (a column of the score matrix), keeps
+    dK and dV in registers, walks the Q blocks down the column and adds each block's dQ share
+    to an fp32 accumulator with atomics; causal skips the blocks above the diagonal."""
+    nb = 6
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, causal in zip(axes, (False, True)):
+        ax.set_xlim(-1.5, nb + 2.8)
+        ax.set_ylim(-1.3, nb + 0.9)
+        ax.set_aspect("equal")
+        ax.axis("off")
+        col = 2
+        for qi in range(nb):
+            for kj in range(nb):
+                masked = causal and kj > qi
+                mine = kj == col and not masked
+                face = "#f4f4f4" if masked else ("#dbe9f6" if mine else "white")
+                ax.add_patch(Rectangle((kj, nb - 1 - qi), 1, 1, facecolor=face, edgecolor="#999999", lw=0.6))
+                if mine:
+                    ax.text(kj + 0.5, nb - 1 - qi + 0.5, f"S,P,dP,dS\nQ{qi}", ha="center", va="center", fontsize=6)
+                    ax.add_patch(FancyArrowPatch((kj + 1.0, nb - 1 - qi + 0.5), (nb + 0.6, nb - 1 - qi + 0.5),
+                                                 arrowstyle="->", color=RED, lw=0.8, mutation_scale=7))
+            ax.add_patch(Rectangle((nb + 0.6, nb - 1 - qi + 0.1), 1.6, 0.8, facecolor="#f9dede", edgecolor=RED, lw=0.6))
+            ax.text(nb + 1.4, nb - 1 - qi + 0.5, f"dQ{qi} += dS·K", ha="center", va="center", fontsize=6, color=RED)
+        ax.text(col + 0.5, -0.45, "dK, dV of this block:\nregisters, stored once", ha="center", va="top", fontsize=7,
+                color=BLUE)
+        ax.text(nb / 2, nb + 0.55, ("causal: the column starts at the diagonal" if causal else
+                                    "non-causal: every Q block"), ha="center", fontsize=8)
+        ax.text(-0.2, nb / 2, "Q blocks (rows i)", rotation=90, ha="right", va="center", fontsize=7)
+        ax.text(nb / 2, -1.2, "K/V blocks (keys j): one CTA each", ha="center", fontsize=7)
+    fig.suptitle("The backward's loop (FlashAttention-2, step 24): K/V outer, Q inner, dQ by fp32 atomics "
+                 "(red) — every CTA of a row of blocks adds to the same dQ rows", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "part5-loop.png", dpi=100)
+    plt.close(fig)
+
+
+def fig_backward_schedule(out):
+    """Two Q blocks of step 25's inner loop: the producer's loads one block ahead, the consumers'
+    five products with the elementwise work between them, and the dQ accumulation; schematic."""
+    fig, ax = plt.subplots(figsize=(14, 3.6))
+    lanes = {"producer (TMA)": 2, "consumer warpgroups": 1, "dQ accumulation": 0}
+    for name, y in lanes.items():
+        ax.text(-0.2, y + 0.4, name, ha="right", va="center", fontsize=9)
+    steps = [("S = Q Kᵀ", 1.6, BLUE), ("dP = dO Vᵀ", 1.6, BLUE), ("P = exp2(S−L)\ndS = P∘(dP−D)", 1.9, ORANGE),
+             ("dV += Pᵀ dO", 1.6, GREEN), ("dK += dSᵀ Q", 1.6, GREEN), ("dQ = dS K", 1.6, RED)]
+    block = sum(dur for _, dur, _ in steps)
+    for it in range(2):
+        t = it * (block + 0.3)
+        x = 0.0 if it == 0 else 3.4  # the next block's tiles arrive under this block's products
+        ax.add_patch(Rectangle((x, lanes["producer (TMA)"]), 1.6, 0.8, facecolor="#dddddd", edgecolor="black"))
+        ax.text(x + 0.8, lanes["producer (TMA)"] + 0.4, f"Q{it}, dO{it},\nLSE{it}, D{it}", ha="center",
+                va="center", fontsize=7)
+        for label, dur, color in steps:
+            ax.add_patch(Rectangle((t, lanes["consumer warpgroups"]), dur, 0.8, facecolor=color,
+                                   edgecolor="black", alpha=0.75))
+            ax.text(t + dur / 2, lanes["consumer warpgroups"] + 0.4, label, ha="center", va="center", fontsize=7)
+            t += dur
+        ax.add_patch(Rectangle((t - 0.6, lanes["dQ accumulation"]), 2.0, 0.8, facecolor="#f9dede", edgecolor=RED))
+        ax.text(t + 0.4, lanes["dQ accumulation"] + 0.4, f"dQ{it} → fp32\naccumulator (atomics)", ha="center",
+                va="center", fontsize=7)
+    end = 2 * block + 0.3 + 1.6
+    ax.set_xlim(-2.6, end)
+    ax.set_ylim(-0.6, 3.3)
+    ax.axis("off")
+    ax.text(end / 2 - 1, 3.05, "The Hopper backward (step 25), two Q blocks of one K/V column: the first two "
+            "products need only the loaded tiles; P and dS go through shared memory in the element type to feed "
+            "the other three", ha="center", fontsize=8)
+    ax.text(end / 2 - 1, -0.5, "Schematic, durations illustrative (the five products have equal FLOPs). "
+            "K, V and the dK, dV accumulators stay on chip for the whole column.", ha="center", fontsize=7,
+            color=GREY)
+    fig.tight_layout()
+    fig.savefig(out / "part5-schedule.png", dpi=110)
+    plt.close(fig)
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -391,6 +502,9 @@ def main():
     spans = fig_causal_walk(out)
     fig_tile_waves(out)
     part3 = fig_part3(out)
+    fig_backward_ledger(out)
+    fig_backward_loop(out)
+    fig_backward_schedule(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
     print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
