@@ -6,7 +6,7 @@
   - its last section is "Exercises", with at least one item (change one line, run one command,
     explain the number);
   - from Part IV on (chapters 16 and later), also a figure (an image under docs/img/ that
-    exists), a "Verdict" section and, for every chapter but the part's first, a link to its step's
+    exists), a "Verdict" section and, for every chapter but a part's first (16, 23), a link to its step's
     diff under docs/diffs/ (which must exist once the chapter's own step directory, steps/NN_x/
     for docs/NN_x.md, does: a chapter written ahead of its step's code is allowed);
   - every relative link of every docs/*.md and docs/results/notes/*.md points at a file inside
@@ -41,6 +41,7 @@ def numbered(body):
 
 
 PART4_FIRST = 16  # chapters from here on are Part IV's (a figure, a verdict, the diff)
+PART_FIRSTS = {16, 23}  # the first chapter of Part IV and of Part V (the backward): no diff to link
 
 
 def relative_links(text):
@@ -76,7 +77,7 @@ def check_part4(path, root):
     names = [h for h, _ in sections(text)]
     if "Verdict" not in names:
         problems.append("no '## Verdict' section")
-    if number > PART4_FIRST:
+    if number > PART4_FIRST and number not in PART_FIRSTS:
         diffs = re.findall(r"\]\(diffs/(\d\d)-(\d\d)\.diff\)", text)
         if not any(int(b) == number for _, b in diffs):
             problems.append(f"no link to its diff (diffs/NN-{number:02d}.diff)")
