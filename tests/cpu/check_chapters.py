@@ -6,7 +6,7 @@
   - its last section is "Exercises", with at least one item (change one line, run one command,
     explain the number);
   - from Part IV on (chapters 16 and later), also a figure (an image under docs/img/ that
-    exists), a "Verdict" section and, for every chapter but the part's first, a link to its step's
+    exists), a "Verdict" section and, for every chapter but a part's first (16, 23), a link to its step's
     diff under docs/diffs/ (which must exist once the chapter's own step directory, steps/NN_x/
     for docs/NN_x.md, does: a chapter written ahead of its step's code is allowed);
   - every relative link of every docs/*.md and docs/results/notes/*.md points at a file inside
