@@ -22,8 +22,6 @@
                           step 06 and PyTorch's backends as lines (results/h200/2026-11-30-softmax-
                           series.json and -softmax-peers.json: measured, not schematic).
 
-  part5-ledger.png        step 23's memory ledger: the naive backward's four N×N matrices against
-                          the backward's minimum bytes, B=4 H=8 D=64 (computed from the formula).
   part5-loop.png          FlashAttention-2's backward loop (step 24): K/V blocks outer, Q blocks
                           inner, dK/dV in registers, dQ by atomics; non-causal and causal.
   part5-schedule.png      the Hopper backward (step 25): one Q block's loads, five products and
@@ -388,33 +386,6 @@ def fig_part3(out):
 
 # ---------------------------------------------------------------- Part V: the backward pass
 
-def fig_backward_ledger(out):
-    """Step 23's bytes: four N×N fp32 matrices (S/P, dP, dS and P again for dV), each written
-    once and read once or twice, against the backward's minimum (Q, K, V, O, dO in, dQ, dK, dV
-    out, 2 bytes each; the LSE). B=4 H=8 D=64, N = 1k..16k: the formula of steps/23's ledger."""
-    b, h, d = 4, 8, 64
-    ns = [1024, 2048, 4096, 8192, 16384]
-    matrices, minimum = [], []
-    for n in ns:
-        nn = b * h * n * n * 4.0  # one fp32 N×N matrix of every head
-        matrices.append(nn * 4 * 2.5)  # four matrices, each written once and read 1.5 times on average
-        minimum.append(8.0 * b * h * n * d * 2 + 4.0 * b * h * n)
-    fig, ax = plt.subplots(figsize=(8, 3.8))
-    x = range(len(ns))
-    ax.bar([i - 0.2 for i in x], [m / 2**30 for m in matrices], 0.4, color=RED, label="the N×N matrices (naive)")
-    ax.bar([i + 0.2 for i in x], [m / 2**30 for m in minimum], 0.4, color=BLUE, label="the minimum (inputs and gradients once)")
-    ax.set_yscale("log")
-    ax.set_xticks(list(x), [f"N={n}" for n in ns])
-    ax.set_ylabel("GiB moved through HBM per backward")
-    for i, (m, lo) in enumerate(zip(matrices, minimum)):
-        ax.text(i, m / 2**30 * 1.3, f"{m / lo:.0f}×", ha="center", fontsize=8)
-    ax.set_title("The naive backward's memory ledger at B=4 H=8 D=64 (computed, not measured)", fontsize=9)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(out / "part5-ledger.png", dpi=100)
-    plt.close(fig)
-
-
 def fig_backward_loop(out):
     """FA2's backward (step 24): a CTA owns one K/V block (a column of the score matrix), keeps
     dK and dV in registers, walks the Q blocks down the column and adds each block's dQ share
@@ -502,7 +473,6 @@ def main():
     spans = fig_causal_walk(out)
     fig_tile_waves(out)
     part3 = fig_part3(out)
-    fig_backward_ledger(out)
     fig_backward_loop(out)
     fig_backward_schedule(out)
     for name, s in spans.items():
