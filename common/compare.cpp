@@ -59,6 +59,15 @@ ErrorStats compare_with_reference(std::span<const double> kernel, std::span<cons
 ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span<const double> fp64,
                                        std::span<const double> lowprec, std::size_t row_length,
                                        const std::function<double(double)>& abs_term_of_row_max) {
+  return compare_rows_with_reference(kernel, fp64, lowprec, row_length, abs_term_of_row_max, {});
+}
+
+ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span<const double> fp64,
+                                       std::span<const double> lowprec, std::size_t row_length,
+                                       const std::function<double(double)>& abs_term_of_row_max,
+                                       std::span<const double> row_floors) {
+  if (!row_floors.empty() && row_length != 0 && row_floors.size() * row_length != kernel.size())
+    return ErrorStats{};
   if (row_length == 0 || kernel.size() % row_length != 0 || fp64.size() != kernel.size() ||
       lowprec.size() != kernel.size())
     return ErrorStats{};  // checked = 0: fails
@@ -75,7 +84,8 @@ ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span
       low = std::max(low, std::fabs(lowprec[i] - fp64[i]));
       ref_max = std::max(ref_max, std::fabs(fp64[i]));
     }
-    const double tolerance = 2.0 * low + abs_term_of_row_max(ref_max);
+    const double floor = row_floors.empty() ? 0.0 : row_floors[r0 / row_length];
+    const double tolerance = 2.0 * low + abs_term_of_row_max(ref_max) + floor;
     pass = pass && err <= tolerance;
     const double ratio = err / tolerance;
     if (ratio > worst_ratio) {
@@ -98,6 +108,23 @@ ErrorStats check_attention_output(std::span<const float> output, int head_dim,
     for (std::size_t t = 0; t < d; ++t) got[i * d + t] = output[std::size_t(rows[i]) * d + t];
   ErrorStats e = compare_rows_with_reference(
       got, ref64, reflow, d, [dtype](double row_max) { return attention_abs_term(row_max, dtype); });
+  e.total = std::int64_t(output.size());
+  e.nonfinite = std::count_if(output.begin(), output.end(), [](float x) { return !std::isfinite(x); });
+  e.pass = e.pass && e.nonfinite == 0;
+  return e;
+}
+
+ErrorStats check_gradient_output(std::span<const float> output, int head_dim,
+                                 std::span<const std::int64_t> rows, std::span<const double> ref64,
+                                 std::span<const double> reflow, std::span<const double> floors,
+                                 DType dtype) {
+  const std::size_t d = std::size_t(head_dim);
+  std::vector<double> got(rows.size() * d);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t t = 0; t < d; ++t) got[i * d + t] = output[std::size_t(rows[i]) * d + t];
+  ErrorStats e = compare_rows_with_reference(
+      got, ref64, reflow, d, [dtype](double row_max) { return attention_abs_term(row_max, dtype); },
+      floors);
   e.total = std::int64_t(output.size());
   e.nonfinite = std::count_if(output.begin(), output.end(), [](float x) { return !std::isfinite(x); });
   e.pass = e.pass && e.nonfinite == 0;

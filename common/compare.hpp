@@ -37,6 +37,20 @@ ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span
                                        std::span<const double> lowprec, std::size_t row_length,
                                        const std::function<double(double)>& abs_term_of_row_max);
 
+// The same, with a further absolute term per row (row_floors[r], one per row; empty = none).
+ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span<const double> fp64,
+                                       std::span<const double> lowprec, std::size_t row_length,
+                                       const std::function<double(double)>& abs_term_of_row_max,
+                                       std::span<const double> row_floors);
+
+// The check of one gradient of a backward problem (dQ, dK or dV): as check_attention_output, with
+// each row's tolerance raised by its cancellation floor (BackwardRows::dq_floor and dk_floor: the
+// fp32 rounding a correct kernel leaves where dS = P∘(dP − D) cancels; empty for dV).
+ErrorStats check_gradient_output(std::span<const float> output, int head_dim,
+                                 std::span<const std::int64_t> rows, std::span<const double> ref64,
+                                 std::span<const double> reflow, std::span<const double> floors,
+                                 DType dtype);
+
 // The whole attention check, as the runner does it: `output` is the kernel's entire O
 // ([B, H, N, D], widened), `rows` the global row indices the references were computed for
 // (ref64 and reflow hold rows.size() × head_dim values). Every element of the output is tested for

@@ -178,19 +178,38 @@ struct GradientRow {
   T scale() const {
     return std::is_same_v<T, float> ? T(s.softmax_scale()) : T(1.0 / std::sqrt(double(s.head_dim)));
   }
-  void query(int i, double* dq) const {
+  // The magnitude that dS_ij's cancellation is made of: P_ij (Σ_d |dO_id V_jd| + |D_i|).
+  double cancelling(int i, int j) const {
+    const std::int64_t row = bh * s.seqlen + i;
+    double magnitude = std::fabs(stats.delta[row]);
+    for (int t = 0; t < s.head_dim; ++t) magnitude += std::fabs(double(at(in.d_o, i)[t]) * at(in.v, j)[t]);
+    const double score = double(dot(at(in.q, i), at(in.k, j))) * scale();
+    return std::exp(score - stats.lse[row]) * magnitude;
+  }
+  double max_abs(const float* x) const {
+    double m = 0;
+    for (int t = 0; t < s.head_dim; ++t) m = std::max(m, std::fabs(double(x[t])));
+    return m;
+  }
+  static constexpr double kEpsilon32 = 0x1p-24;  // fp32's unit roundoff
+
+  void query(int i, double* dq, double* floor) const {
     std::vector<T> acc(s.head_dim, T(0));
+    double residue = 0;
     const int last = s.causal ? i : s.seqlen - 1;
     for (int j = 0; j <= last; ++j) {
       T p, ds;
       probabilities(i, j, &p, &ds);
       const float* kj = at(in.k, j);
       for (int t = 0; t < s.head_dim; ++t) acc[t] += ds * T(kj[t]);
+      if (floor) residue += cancelling(i, j) * max_abs(kj);
     }
     for (int t = 0; t < s.head_dim; ++t) dq[t] = double(round(acc[t] * scale()));
+    if (floor) *floor = kEpsilon32 * double(scale()) * residue;
   }
-  void key(int j, double* dk, double* dv) const {
+  void key(int j, double* dk, double* dv, double* floor) const {
     std::vector<T> acc_k(s.head_dim, T(0)), acc_v(s.head_dim, T(0));
+    double residue = 0;
     for (int i = s.causal ? j : 0; i < s.seqlen; ++i) {
       T p, ds;
       probabilities(i, j, &p, &ds);
@@ -200,11 +219,13 @@ struct GradientRow {
         acc_v[t] += p * T(doi[t]);
         acc_k[t] += ds * T(qi[t]);
       }
+      if (floor) residue += cancelling(i, j) * max_abs(qi);
     }
     for (int t = 0; t < s.head_dim; ++t) {
       dk[t] = double(round(acc_k[t] * scale()));
       dv[t] = double(round(acc_v[t]));
     }
+    if (floor) *floor = kEpsilon32 * double(scale()) * residue;
   }
 };
 
@@ -212,15 +233,18 @@ template <typename T>
 void backward_rows(const AttentionShape& s, const BackwardInputs& in, const BackwardStats& stats,
                    BackwardRows& out) {
   const int d = s.head_dim;
+  const bool floors = !out.dq_floor.empty() || !out.dk_floor.empty();
   parallel_rows(out.q_rows.size() + out.k_rows.size(), [&](std::size_t r) {
     if (r < out.q_rows.size()) {
       const std::int64_t row = out.q_rows[r];
-      GradientRow<T>{s, in, stats, row / s.seqlen}.query(int(row % s.seqlen), out.dq.data() + r * d);
+      GradientRow<T>{s, in, stats, row / s.seqlen}.query(int(row % s.seqlen), out.dq.data() + r * d,
+                                                          floors ? &out.dq_floor[r] : nullptr);
     } else {
       const std::size_t kr = r - out.q_rows.size();
       const std::int64_t row = out.k_rows[kr];
       GradientRow<T>{s, in, stats, row / s.seqlen}.key(int(row % s.seqlen), out.dk.data() + kr * d,
-                                                        out.dv.data() + kr * d);
+                                                        out.dv.data() + kr * d,
+                                                        floors ? &out.dk_floor[kr] : nullptr);
     }
   });
 }
@@ -235,6 +259,10 @@ BackwardRows backward_reference(const AttentionShape& s, const BackwardInputs& i
   out.dq.resize(q_rows.size() * s.head_dim);
   out.dk.resize(k_rows.size() * s.head_dim);
   out.dv.resize(k_rows.size() * s.head_dim);
+  if (precision == Precision::Fp64) {
+    out.dq_floor.resize(q_rows.size());
+    out.dk_floor.resize(k_rows.size());
+  }
   if (precision == Precision::Fp64)
     backward_rows<double>(s, in, stats, out);
   else

@@ -68,6 +68,14 @@ struct BackwardRows {
   std::vector<double> dq;  // q_rows.size() × D
   std::vector<double> dk;  // k_rows.size() × D
   std::vector<double> dv;  // k_rows.size() × D
+  // Per row, the rounding a correct fp32 kernel may leave where dS cancels (Fp64 only): where
+  // dP_ij ≈ D_i (a row that sees one key has dS = 0 exactly, so its exact dQ is 0) the low-
+  // precision reference, summing dP and D in the same order, can cancel exactly and claim no
+  // error at all, while a kernel summing in another order is left with ε₃₂-sized residues. The
+  // floor is ε₃₂ · scale · Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|) · max_d |K_jd| for dQ row i (for dK
+  // row j the same sum over i, with Q_i): the size of those residues carried into the gradient.
+  std::vector<double> dq_floor;  // q_rows.size()
+  std::vector<double> dk_floor;  // k_rows.size()
 };
 struct BackwardInputs {
   std::span<const float> q, k, v, d_o;  // widened element values, [B, H, N, D]

@@ -861,9 +861,12 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
       const std::span<const float> all(o.values);
       const int d = shape.head_dim;
       r.gradient_errors = {
-          {"dQ", check_attention_output(all.subspan(0, elements), d, ref64.q_rows, ref64.dq, reflow.dq, dtype)},
-          {"dK", check_attention_output(all.subspan(elements, elements), d, ref64.k_rows, ref64.dk, reflow.dk, dtype)},
-          {"dV", check_attention_output(all.subspan(2 * elements, elements), d, ref64.k_rows, ref64.dv, reflow.dv, dtype)}};
+          {"dQ", check_gradient_output(all.subspan(0, elements), d, ref64.q_rows, ref64.dq, reflow.dq,
+                                       ref64.dq_floor, dtype)},
+          {"dK", check_gradient_output(all.subspan(elements, elements), d, ref64.k_rows, ref64.dk,
+                                       reflow.dk, ref64.dk_floor, dtype)},
+          {"dV", check_gradient_output(all.subspan(2 * elements, elements), d, ref64.k_rows, ref64.dv,
+                                       reflow.dv, {}, dtype)}};
       r.error = worst_gradient(r.gradient_errors);
     };
     hooks.save = [&](const Output& o) {

@@ -185,8 +185,10 @@ Gradients model_backward(const Inputs& in, Bug bug) {
           for (int j = j0; j < j1 && (!s.causal || j <= i); ++j) {
             const float reference = bug == Bug::PFromBlockMax ? block_max : in.lse_stored[std::size_t(row)];
             const float p = std::exp(score[std::size_t(j - j0)] - reference);
+            // Summed in the other order than D_i: a kernel's dot products seldom round like the
+            // reference's, and where dP ≈ D (a row with one key) only ε₃₂ residues remain.
             float dp = 0.f;
-            for (int t = 0; t < d; ++t) dp += at(in.d_o.value, i)[t] * at(in.v.value, j)[t];
+            for (int t = d - 1; t >= 0; --t) dp += at(in.d_o.value, i)[t] * at(in.v.value, j)[t];
             const float ds = p * (bug == Bug::MissingDelta ? dp : dp - delta[std::size_t(row)]);
             const float p16 = round_to(s.dtype, p), ds16 = round_to(s.dtype, ds);
             for (int t = 0; t < d; ++t) {
@@ -222,9 +224,9 @@ bool passes(const Inputs& in, const Gradients& g, double* worst_ratio) {
   const BackwardRows low = backward_reference(
       s, bi, backward_stats_low(s, in.o_stored, in.d_o.value, in.lse_stored), rows, rows, Precision::Low);
   const ErrorStats checks[] = {
-      check_attention_output(g.dq, s.head_dim, rows, exact.dq, low.dq, s.dtype),
-      check_attention_output(g.dk, s.head_dim, rows, exact.dk, low.dk, s.dtype),
-      check_attention_output(g.dv, s.head_dim, rows, exact.dv, low.dv, s.dtype)};
+      check_gradient_output(g.dq, s.head_dim, rows, exact.dq, low.dq, exact.dq_floor, s.dtype),
+      check_gradient_output(g.dk, s.head_dim, rows, exact.dk, low.dk, exact.dk_floor, s.dtype),
+      check_gradient_output(g.dv, s.head_dim, rows, exact.dv, low.dv, {}, s.dtype)};
   bool pass = true;
   *worst_ratio = 0;
   for (const ErrorStats& e : checks) {
@@ -240,12 +242,15 @@ TEST_CASE("the backward pass rule fails every planted bug and passes the correct
           "[backward][pass-rule][broken]") {
   for (DType dtype : {DType::F16, DType::BF16})
     for (bool causal : {false, true})
-      for (int n : {100, 257}) {
+      for (int n : {1, 100, 257}) {
         const AttentionShape s{.batch = 1, .heads = 2, .seqlen = n, .head_dim = 32, .causal = causal,
                                .dtype = dtype};
         const Inputs in = make_inputs(s);
         for (Bug bug : {Bug::None, Bug::MissingDelta, Bug::DqWithoutScale, Bug::DroppedAtomic,
                         Bug::PFromBlockMax, Bug::UnwrittenDkTile}) {
+          // N = 1: every exact gradient but dV is 0 and there is one block; only the correct
+          // model means anything there (its dS is nothing but rounding residues).
+          if (n == 1 && bug != Bug::None) continue;
           double ratio = 0;
           const bool pass = passes(in, model_backward(in, bug), &ratio);
           INFO(name(bug) << " on " << s.to_string() << ": worst error / tolerance " << ratio);
