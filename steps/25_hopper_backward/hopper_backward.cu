@@ -70,7 +70,7 @@ constexpr int kWarpsPerWarpgroup = 4;
 // kBlockM, so a stage's statistics are one whole 16-byte-aligned bulk copy.
 constexpr int kRowPad = 128;
 
-template <int kHeadDim_, class Element_, int kConsumers_>
+template <int kHeadDim_, class Element_, int kConsumers_, int kBlockM_>
 struct Tile {
   using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
@@ -79,7 +79,7 @@ struct Tile {
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA: 64 per consumer warpgroup
-  static constexpr int kBlockM = 64;               // query rows per ring stage
+  static constexpr int kBlockM = kBlockM_;         // query rows per ring stage
   static constexpr int kStages = 2;                // Q/dO ring depth
   // dS is read by the dQ product of every warp of every consumer: the next block's dS goes to the
   // other buffer, so the one barrier per block also orders the reuse (see below).
@@ -88,7 +88,15 @@ struct Tile {
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // K or V
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);   // Q or dO
   static constexpr std::uint32_t kRowBytes = kBlockM * sizeof(float);              // lse or D
-  static_assert(kHeadDim % kDqChunk == 0 && kRowPad % kBlockM == 0 && kRowBytes % 16 == 0);
+  static_assert(kHeadDim % kDqChunk == 0 && kBlockM % 64 == 0 && kRowPad % kBlockM == 0 &&
+                kRowBytes % 16 == 0);
+  // dQ is cut into 64 × 64 products (a 64-query column block of dSᵀ times a 64-column block of K),
+  // dealt out to the consumers round-robin.
+  static constexpr int kDqProducts = (kBlockM / 64) * (kHeadDim / kDqChunk);
+  static_assert(kDqProducts % kConsumers == 0 && kDqProducts >= kConsumers,
+                "every consumer takes the same number (at least one) of dQ products");
+  static_assert(kProducerRegisters * kWarpgroupThreads +
+                    kConsumerRegisters * kConsumers * kWarpgroupThreads <= 65536);
   static_assert(kKVBytes % hopper::kSwizzleAlign == 0 && kQBytes % hopper::kSwizzleAlign == 0);
 
   struct Storage {
@@ -278,7 +286,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   // This thread's rows of the warpgroup's accumulators: keys key_local, key_local + 8 of the block
-  // (Sᵀ, dPᵀ, dK, dV) and queries q_local, q_local + 8 of the query block (dQ).
+  // (Sᵀ, dPᵀ, dK, dV) and queries q_local, q_local + 8 of a 64-query block (dQ).
   const int key_local = consumer * 64 + warp_in_wg * 16 + g;
   const int q_local = warp_in_wg * 16 + g;
 
@@ -363,28 +371,43 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
     hopper::wgmma_commit();
 
-    // dQ (kBlockM queries × 64 columns per chain) = dS K over the whole key block: every
-    // consumer's rows of dS must be in place. The chains are shared out among the consumers.
+    // dQ = dS K over the whole key block: every consumer's rows of dSᵀ must be in place.
     hopper::named_barrier_sync<T::kConsumers * kWarpgroupThreads>(int(hopper::NamedBarrier::kDsStaged));
     const std::uint32_t ds_s = ds_addr + ds_stage * (kBlockN * kBlockM * sizeof(Element));
 #pragma unroll
-    for (int c = consumer; c < kHeadDim / T::kDqChunk; c += T::kConsumers) {
+    for (int i = 0; i < T::kDqProducts / T::kConsumers; ++i) {
+      const int product = consumer + i * T::kConsumers;
+      const int mb = product / (kHeadDim / T::kDqChunk);  // 64-query block of the stage
+      const int c = product % (kHeadDim / T::kDqChunk);   // 64-column block of D
+      // A: dSᵀ's column block mb (queries contiguous, keys down the rows), read transposed;
+      // B: K's column block c ([keys][64], D contiguous), read transposed as V is in P·V.
+      const std::uint32_t a_base = ds_s + mb * kBlockN * hopper::kSwizzleRowBytes;
+      const std::uint32_t b_base = k_all + c * kBlockN * hopper::kSwizzleRowBytes;
       hopper::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         const std::uint32_t key_rows = kk * 16 * hopper::kSwizzleRowBytes;
         hopper::Wgmma<T::kDqChunk, Element>::template ss_transposed<true, true>(
-            dq, hopper::desc_mn_major(ds_s + key_rows, kBlockN * hopper::kSwizzleRowBytes),
-            hopper::desc_mn_major(k_all + c * kBlockN * hopper::kSwizzleRowBytes + key_rows,
-                                  kBlockN * hopper::kSwizzleRowBytes),
-            kk > 0);
+            dq, hopper::desc_mn_major(a_base + key_rows, kBlockN * hopper::kSwizzleRowBytes),
+            hopper::desc_mn_major(b_base + key_rows, kBlockN * hopper::kSwizzleRowBytes), kk > 0);
       }
       hopper::wgmma_commit();
+      if (i == 0) {
+        // The older group, dV and dK, is done: Pᵀ and dSᵀ's registers are free and the stage's
+        // Q and dO may be refilled, while this dQ product still runs.
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(acc_dv);
+        hopper::fence_registers(acc_dk);
+        hopper::fence_registers(p_a);
+        hopper::fence_registers(ds_a);
+        __syncwarp();
+        if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+      }
       hopper::wgmma_wait<0>();
       hopper::fence_registers(dq);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float* dst = dq_head + std::int64_t(m * kBlockM + q_local + 8 * h) * kHeadDim +
+        float* dst = dq_head + std::int64_t(m * kBlockM + mb * 64 + q_local + 8 * h) * kHeadDim +
                      c * T::kDqChunk + 2 * t;
 #pragma unroll
         for (int j = 0; j < T::kDqChunk / 8; ++j)
@@ -392,13 +415,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                     make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));
       }
     }
-    hopper::wgmma_wait<0>();  // dV and dK are done: Q and dO of the stage may be refilled
-    hopper::fence_registers(acc_dv);
-    hopper::fence_registers(acc_dk);
-    hopper::fence_registers(p_a);
-    hopper::fence_registers(ds_a);
-    __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
   };
 
   // Masked blocks first: every block of a key block with keys past N; causal, the query blocks
@@ -481,11 +497,17 @@ void launch_tile(const BackwardArgs& args, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("backward_convert_dq_kernel");
 }
 
+// The query rows per block of a variant at each head dimension.
+template <int kConsumers, int kHeadDim>
+inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
+template <int kHeadDim, class Element, int kConsumers>
+using TileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
+
 template <int kConsumers>
 void launch(const BackwardArgs& a, cudaStream_t stream) {
   auto body = [&]<class Element>() {
     ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-      using T = Tile<kHeadDim, Element, kConsumers>;
+      using T = TileOf<kHeadDim, Element, kConsumers>;
       if (a.shape.causal) launch_tile<T, true>(a, stream);
       else launch_tile<T, false>(a, stream);
     });
@@ -498,7 +520,7 @@ template <int kConsumers, int kHeadDim>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using T = Tile<kHeadDim, Element, kConsumers>;
+    using T = TileOf<kHeadDim, Element, kConsumers>;
     const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
                                         T::kBlockN, T::kBlockM, T::kStages, type);
     auto add_one = [&](ladder::KernelInfo k) {
@@ -535,6 +557,10 @@ LADDER_REGISTER_STEP(
     ladder::backward_step(25, "hopper_backward", "The Hopper backward: wgmma, TMA and a producer warp", "24/atomic")
         .add(variant<1>("one_consumer",
                         "64 keys per CTA, one consumer warpgroup: S^T, dP^T, dV, dK, dQ on wgmma, "
-                        "Q/dO ring by TMA, dQ by fp32 atomics")));
+                        "Q/dO ring by TMA, dQ by fp32 atomics"))
+        .add(variant<2>("two_consumers",
+                        "128 keys per CTA, two consumer warpgroups (64 keys each) and setmaxnreg; "
+                        "FlashAttention-3's tiles: 128 query rows per block at D=64, 64 at D=128"))
+        .main_is("two_consumers"));
 
 }  // namespace
