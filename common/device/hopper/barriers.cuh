@@ -22,7 +22,10 @@ enum class NamedBarrier : int {
   kEpilogue0 = 4,
   kEpilogue1 = 5,
   kEpilogue2 = 6,
-  kCount = 7,
+  // The backward (step 25): "every consumer warpgroup has staged its rows of dS in shared
+  // memory", synced by all consumer threads before dQ = dS K reads the whole tile.
+  kDsStaged = 7,
+  kCount = 8,
 };
 static_assert(int(NamedBarrier::kCount) <= 16, "a CTA has 16 named barriers");
 

@@ -95,6 +95,19 @@ __device__ __forceinline__ void tma_load_tile(void* dst, const CUtensorMap* map,
       : "memory");
 }
 
+// A plain (untiled) bulk copy of `bytes` contiguous bytes from global to shared memory, signalling
+// `bar` like a tile load. No tensor map and no out-of-bounds fill: `src`, `dst` and `bytes` must
+// be multiples of 16 and the whole range must exist (the backward's per-row statistics, which its
+// preprocess kernel writes into a padded buffer for this).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes,
+                                          std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          ptx::smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(ptx::smem_addr(bar))
+      : "memory");
+}
+
 // Copy a shared-memory tile (same layout) out to the box at (row, head). Rows past the tensor's
 // end are not written: the engine clips the box, so a ragged last tile needs no mask here either.
 // The writes are asynchronous: commit, then wait before the shared memory is reused or the

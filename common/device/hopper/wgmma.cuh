@@ -113,11 +113,28 @@ __device__ __forceinline__ void fence_registers(float (&d)[kRegs]) {
   for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for the A registers of an RS wgmma (P, dS): the instruction reads them after its issue,
+// so they must stay live, unmodified, until the wait that retires it.
+template <int kRegs>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&a)[kRegs]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+template <int kRows, int kRegs>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&a)[kRows][kRegs]) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) fence_registers(a[r]);
+}
+
 // D (64 × N, fp32) += A · B for a k16 slice, in two forms:
 //   ss(d, a_desc, b_desc, accumulate)  A and B in shared memory, both K-major (S = Q Kᵀ);
 //                                      accumulate = 0 overwrites D (the first k16 step)
 //   rs(d, a_regs, b_desc)              A from registers (P), B MN-major in shared memory (V),
 //                                      always accumulating (O +=)
+//   ss_transposed<kTransA, kTransB>(d, a_desc, b_desc, accumulate)
+//                                      ss with either operand MN-major (imm-trans-a/b = 1, 16-bit
+//                                      types only): A = dS stored as dSᵀ (queries contiguous) in
+//                                      dQ = dS K, B = K stored [keys][D] (desc_mn_major)
 // Element is __half (the instruction's .f16 inputs) or __nv_bfloat16 (.bf16): the two forms are
 // the same instruction with another type suffix, and the A registers hold two elements of that
 // type each (pack2 above). The accumulator list is N/2 registers long; the operand lists were
@@ -142,11 +159,23 @@ struct Wgmma;
                : LADDER_WGMMA_ACC64 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
 
+#define LADDER_WGMMA_SST64(TYPE) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n" \
+               : LADDER_WGMMA_ACC64 \
+               : "l"(a), "l"(b), "r"(accumulate), "n"(int(kTransA)), "n"(int(kTransB)))
+
 template <class Element>
 struct Wgmma<64, Element> {
   __device__ static void ss(float (&d)[32], std::uint64_t a, std::uint64_t b, int accumulate) {
     if constexpr (kIsBf16<Element>) LADDER_WGMMA_SS64("bf16");
     else LADDER_WGMMA_SS64("f16");
+  }
+  template <bool kTransA, bool kTransB>
+  __device__ static void ss_transposed(float (&d)[32], std::uint64_t a, std::uint64_t b, int accumulate) {
+    if constexpr (kIsBf16<Element>) LADDER_WGMMA_SST64("bf16");
+    else LADDER_WGMMA_SST64("f16");
   }
   __device__ static void rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b) {
     if constexpr (kIsBf16<Element>) LADDER_WGMMA_RS64("bf16");
@@ -155,6 +184,7 @@ struct Wgmma<64, Element> {
 };
 #undef LADDER_WGMMA_ACC64
 #undef LADDER_WGMMA_SS64
+#undef LADDER_WGMMA_SST64
 #undef LADDER_WGMMA_RS64
 
 #define LADDER_WGMMA_ACC128 \
@@ -178,11 +208,23 @@ struct Wgmma<64, Element> {
                : LADDER_WGMMA_ACC128 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
 
+#define LADDER_WGMMA_SST128(TYPE) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n" \
+               : LADDER_WGMMA_ACC128 \
+               : "l"(a), "l"(b), "r"(accumulate), "n"(int(kTransA)), "n"(int(kTransB)))
+
 template <class Element>
 struct Wgmma<128, Element> {
   __device__ static void ss(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate) {
     if constexpr (kIsBf16<Element>) LADDER_WGMMA_SS128("bf16");
     else LADDER_WGMMA_SS128("f16");
+  }
+  template <bool kTransA, bool kTransB>
+  __device__ static void ss_transposed(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate) {
+    if constexpr (kIsBf16<Element>) LADDER_WGMMA_SST128("bf16");
+    else LADDER_WGMMA_SST128("f16");
   }
   __device__ static void rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b) {
     if constexpr (kIsBf16<Element>) LADDER_WGMMA_RS128("bf16");
@@ -191,6 +233,7 @@ struct Wgmma<128, Element> {
 };
 #undef LADDER_WGMMA_ACC128
 #undef LADDER_WGMMA_SS128
+#undef LADDER_WGMMA_SST128
 #undef LADDER_WGMMA_RS128
 
 #endif  // LADDER_SM90A

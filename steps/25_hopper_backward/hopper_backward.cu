@@ -1,0 +1,566 @@
+// Step 25 — the attention backward on Hopper: wgmma, TMA and a producer warp.
+//
+// Step 24 computes the backward with mma.sync: a CTA owns a block of keys, keeps dK and dV in
+// registers and walks the query blocks, recomputing P from Q, K and the forward's LSE. This step
+// is the same algorithm (FlashAttention-2's, in FlashAttention-3's Hopper design) on Part IV's
+// skeleton (common/device/hopper/):
+//
+//   * a producer warp loads the CTA's K and V once, then feeds a ring of query-block stages — Q,
+//     dO and the rows' two statistics, lse·log2(e) and D_i = rowsum(dO∘O) — with TMA and
+//     mbarriers (pipeline.cuh's protocol: full/empty pairs, parity from one position counter);
+//   * each consumer warpgroup owns 64 keys of the block. Its five GEMMs are wgmma:
+//       Sᵀ  = K Qᵀ          SS, both K-major                  (64 keys × kBlockM queries)
+//       dPᵀ = V dOᵀ         SS, both K-major
+//       Pᵀ  = exp2(Sᵀ·scale·log2e − lse·log2e),  dSᵀ = Pᵀ ∘ (dPᵀ − D)   in registers
+//       dV += Pᵀ dO         RS: Pᵀ straight from the accumulator, dO MN-major (as V in P·V)
+//       dK += dSᵀ Q         RS: dSᵀ from registers, Q MN-major
+//       dQ  = dS K          SS, both MN-major (imm-trans-a/b): dS staged in shared memory
+//     Computing Sᵀ and dPᵀ rather than S and dP (FlashAttention-3's "SdP_swapAB") puts the keys on
+//     the accumulator's rows, which is exactly the A operand of dV and dK: P and dS never leave
+//     registers for those two. Only dQ needs dS with queries on the rows; the warpgroups write
+//     dSᵀ (rows keys, queries contiguous) and wgmma reads it transposed;
+//   * dQ sums over every key block, i.e. over CTAs: each CTA adds its dS K into an fp32
+//     accumulator in the workspace with atomics (so reruns differ in the last bits);
+//   * a preprocess kernel computes D_i and lse·log2(e) into row buffers padded to kRowPad rows
+//     (padding rows get lse = +inf and D = 0, so their P and dS are exactly 0 without a mask) and
+//     zeroes the dQ accumulator; a convert kernel writes dQ = scale·accumulator in the element type.
+//
+// Ragged N: TMA zero-fills Q, dO, K, V rows past N; keys past N are masked (P = 0); query rows
+// past N have P = 0 through their +inf lse; dK and dV rows past N are never stored. Causal: a key
+// block skips the query blocks that end before its first key and masks the blocks that straddle
+// the diagonal.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/check.hpp"
+#include "common/device/hopper/arch.cuh"
+#include "common/device/hopper/attention.cuh"
+#include "common/device/hopper/barriers.cuh"
+#include "common/device/hopper/gemm.cuh"
+#include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/pipeline.cuh"
+#include "common/device/hopper/smem.cuh"
+#include "common/device/hopper/tma.cuh"
+#include "common/device/hopper/wgmma.cuh"
+#include "common/device/mma_fragments.cuh"
+#include "common/device/ptx.cuh"
+#include "common/dispatch.hpp"
+#include "common/math.hpp"
+#include "common/registry.hpp"
+#include "common/strings.hpp"
+
+namespace {
+
+using ladder::BackwardArgs;
+using ladder::ceil_div;
+namespace hopper = ladder::hopper;
+namespace ptx = ladder::ptx;
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kWarpsPerWarpgroup = 4;
+// Rows of the padded per-row buffers (lse·log2e, D, the dQ accumulator): a multiple of every
+// kBlockM, so a stage's statistics are one whole 16-byte-aligned bulk copy.
+constexpr int kRowPad = 128;
+
+template <int kHeadDim_, class Element_, int kConsumers_, int kBlockM_>
+struct Tile {
+  using Element = Element_;  // __half or __nv_bfloat16
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = kConsumers_;                         // consumer warpgroups
+  static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // + the producer
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA: 64 per consumer warpgroup
+  static constexpr int kBlockM = kBlockM_;         // query rows per ring stage
+  static constexpr int kStages = 2;                // Q/dO ring depth
+  // dS is read by the dQ product of every warp of every consumer: the next block's dS goes to the
+  // other buffer, so the one barrier per block also orders the reuse (see below).
+  static constexpr int kDsStages = 2;
+  static constexpr int kDqChunk = 64;  // dQ columns per wgmma chain (a 64-column block of K)
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // K or V
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);   // Q or dO
+  static constexpr std::uint32_t kRowBytes = kBlockM * sizeof(float);              // lse or D
+  static_assert(kHeadDim % kDqChunk == 0 && kBlockM % 64 == 0 && kRowPad % kBlockM == 0 &&
+                kRowBytes % 16 == 0);
+  // dQ is cut into 64 × 64 products (a 64-query column block of dSᵀ times a 64-column block of K),
+  // dealt out to the consumers round-robin.
+  static constexpr int kDqProducts = (kBlockM / 64) * (kHeadDim / kDqChunk);
+  static_assert(kDqProducts % kConsumers == 0 && kDqProducts >= kConsumers,
+                "every consumer takes the same number (at least one) of dQ products");
+  static_assert(kProducerRegisters * kWarpgroupThreads +
+                    kConsumerRegisters * kConsumers * kWarpgroupThreads <= 65536);
+  static_assert(kKVBytes % hopper::kSwizzleAlign == 0 && kQBytes % hopper::kSwizzleAlign == 0);
+
+  struct Storage {
+    alignas(hopper::kSwizzleAlign) Element k[kBlockN * kHeadDim];  // [D/64][kBlockN][64]
+    alignas(hopper::kSwizzleAlign) Element v[kBlockN * kHeadDim];
+    alignas(hopper::kSwizzleAlign) Element q[kStages][kBlockM * kHeadDim];  // [D/64][kBlockM][64]
+    alignas(hopper::kSwizzleAlign) Element d_o[kStages][kBlockM * kHeadDim];
+    // dSᵀ: rows are the block's keys, columns its queries, [kBlockM/64][kBlockN][64].
+    alignas(hopper::kSwizzleAlign) Element ds[kDsStages][kBlockN * kBlockM];
+    alignas(16) float lse[kStages][kBlockM];  // lse·log2(e) of the stage's query rows
+    alignas(16) float d[kStages][kBlockM];    // D_i of the stage's query rows
+    std::uint64_t kv_full;                    // K and V have landed
+    std::uint64_t full[kStages];              // stage s's Q, dO, lse, D have landed
+    std::uint64_t empty[kStages];             // every consumer warp is done with stage s
+  };
+  static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
+};
+
+// ---- Fragment helpers (the accumulator layout of wgmma.cuh, rows = keys, columns = queries) ----
+// Keys a query does not see become −inf before the exponential: keys past N and, causal, keys
+// after the query. Called only on blocks that can need it.
+template <int kCols, bool kCausal>
+__device__ __forceinline__ void mask_keys(float (&s)[kCols / 2], int key0, int q_start, int n, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = q_start + 8 * j + 2 * t + e;
+        if (key >= n || (kCausal && q < key)) s[4 * j + 2 * h + e] = -INFINITY;
+      }
+  }
+}
+
+// A fragments (p_to_a's layout: a[kk][r] holds n8 tile j = 2kk + r/2 of row half h = r%2) written
+// to a [kCols/64][kTileRows][64] tile in the 128-byte swizzle, 4 bytes per store. Conflict-free as
+// stage_o_rows: a warp's 8 rows hit 8 different 16-byte chunks.
+template <int kCols, int kTileRows, class Element>
+__device__ __forceinline__ void stage_a_rows(const std::uint32_t (&a)[kCols / 16][4], Element* tile,
+                                             int row0, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      Element* dst = tile + (j / 8) * kTileRows * 64 + row * 64 + (((j % 8) ^ (row % 8)) * 8) + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dst) = a[j / 2][2 * (j % 2) + h];
+    }
+  }
+}
+
+// ---- The preprocess kernel: D_i, lse·log2(e), a zeroed dQ accumulator --------------------------
+// One warp per padded row; rows past N get D = 0 and lse = +inf (their P = exp2(−inf) = 0).
+constexpr int kPrepWarps = 8;
+
+template <class Element>
+__device__ __forceinline__ float to_float(Element x) {
+  if constexpr (hopper::kIsBf16<Element>) return __bfloat162float(x);
+  else return __half2float(x);
+}
+
+template <int kHeadDim, class Element>
+__global__ void __launch_bounds__(kPrepWarps * 32)
+    backward_preprocess_kernel(const Element* __restrict__ o, const Element* __restrict__ d_o,
+                               const float* __restrict__ lse, float* __restrict__ lse_log2,
+                               float* __restrict__ d_rows, float* __restrict__ dq_acc, int n,
+                               int n_pad, std::int64_t padded_rows) {
+  constexpr int kPerLane = kHeadDim / 32;
+  const std::int64_t row = std::int64_t(blockIdx.x) * kPrepWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= padded_rows) return;
+  const std::int64_t bh = row / n_pad;
+  const int i = int(row % n_pad);
+  float sum = 0.f;
+  if (i < n) {
+    const std::int64_t at = (bh * n + i) * kHeadDim + lane * kPerLane;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) sum += to_float(o[at + e]) * to_float(d_o[at + e]);
+  }
+  sum = ladder::frag::quad_sum(sum);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) dq_acc[row * kHeadDim + lane * kPerLane + e] = 0.f;
+  if (lane == 0) {
+    d_rows[row] = sum;
+    lse_log2[row] = i < n ? lse[bh * n + i] * ladder::kLog2e : INFINITY;
+  }
+}
+
+// ---- The convert kernel: dQ = scale · accumulator, in the element type ------------------------
+// Four elements per thread: a float4 read, two 4-byte writes.
+constexpr int kConvertThreads = 256;
+
+template <int kHeadDim, class Element>
+__global__ void __launch_bounds__(kConvertThreads)
+    backward_convert_dq_kernel(const float* __restrict__ dq_acc, Element* __restrict__ dq, int n,
+                               int n_pad, std::int64_t quads, float scale) {
+  for (std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < quads;
+       idx += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t e = idx * 4;
+    const std::int64_t row = e / kHeadDim;  // over B·H·N
+    const int col = int(e % kHeadDim);
+    const std::int64_t bh = row / n;
+    const std::int64_t i = row % n;
+    const float4 v = *reinterpret_cast<const float4*>(dq_acc + (bh * n_pad + i) * kHeadDim + col);
+    hopper::store2(dq + e, v.x * scale, v.y * scale);
+    hopper::store2(dq + e + 2, v.z * scale, v.w * scale);
+  }
+}
+
+// ---- The main kernel ------------------------------------------------------------------------------
+// grid (B·H, ceil(N / kBlockN)): the key blocks of a head in y, so that (causal) the CTAs of key
+// block 0, which visit every query block, are dispatched first and the short ones fill the end.
+template <class T, bool kCausal>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    hopper_backward_kernel(const __grid_constant__ CUtensorMap tm_q,
+                           const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v,
+                           const __grid_constant__ CUtensorMap tm_do,
+                           const float* __restrict__ lse_log2, const float* __restrict__ d_rows,
+                           float* __restrict__ dq_acc, typename T::Element* __restrict__ dk,
+                           typename T::Element* __restrict__ dv, int n, int n_pad,
+                           float scale_log2, float scale) {
+#if LADDER_SM90A
+  using Element = typename T::Element;
+  constexpr int kBlockM = T::kBlockM;
+  constexpr int kBlockN = T::kBlockN;
+  constexpr int kHeadDim = T::kHeadDim;
+  constexpr int kStages = T::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
+
+  const int tid = threadIdx.x;
+  const int warpgroup = hopper::warpgroup_index();
+  const int bh = blockIdx.x;
+  const int kv_start = blockIdx.y * kBlockN;
+  // The query blocks this key block meets: causal, none that ends before its first key.
+  const int m_begin = kCausal ? kv_start / kBlockM : 0;
+  const int m_end = ceil_div(n, kBlockM);
+
+  if (tid == 0) {
+    hopper::tma_prefetch_map(&tm_q);
+    hopper::tma_prefetch_map(&tm_k);
+    hopper::tma_prefetch_map(&tm_v);
+    hopper::tma_prefetch_map(&tm_do);
+    hopper::mbarrier_init(&st.kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      hopper::mbarrier_init(&st.full[s], 1);
+      hopper::mbarrier_init(&st.empty[s], T::kConsumers * kWarpsPerWarpgroup);
+    }
+    hopper::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---- Producer: K and V once, then the query blocks through the ring ----
+    if constexpr (T::kConsumers > 1) hopper::setmaxnreg_dec<T::kProducerRegisters>();
+    if (tid == 0) {
+      hopper::mbarrier_arrive_expect_tx(&st.kv_full, 2 * T::kKVBytes);
+      hopper::tma_load_tile(st.k, &tm_k, &st.kv_full, kv_start, bh);
+      hopper::tma_load_tile(st.v, &tm_v, &st.kv_full, kv_start, bh);
+      const float* lse_head = lse_log2 + std::int64_t(bh) * n_pad;
+      const float* d_head = d_rows + std::int64_t(bh) * n_pad;
+      for (int m = m_begin; m < m_end; ++m) {
+        const int it = m - m_begin;  // ring position
+        const int stage = hopper::ring_stage<kStages>(it);
+        hopper::mbarrier_wait(&st.empty[stage], hopper::ring_parity<kStages>(it) ^ 1);
+        hopper::mbarrier_arrive_expect_tx(&st.full[stage], 2 * T::kQBytes + 2 * T::kRowBytes);
+        hopper::tma_load_tile(st.q[stage], &tm_q, &st.full[stage], m * kBlockM, bh);
+        hopper::tma_load_tile(st.d_o[stage], &tm_do, &st.full[stage], m * kBlockM, bh);
+        hopper::bulk_load(st.lse[stage], lse_head + m * kBlockM, T::kRowBytes, &st.full[stage]);
+        hopper::bulk_load(st.d[stage], d_head + m * kBlockM, T::kRowBytes, &st.full[stage]);
+      }
+    }
+    return;  // nothing after the split waits for the producer's threads
+  }
+
+  // ---- Consumers ----
+  if constexpr (T::kConsumers > 1) hopper::setmaxnreg_inc<T::kConsumerRegisters>();
+  const int consumer = warpgroup - 1;
+  const int warp_in_wg = (tid % kWarpgroupThreads) / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  // This thread's rows of the warpgroup's accumulators: keys key_local, key_local + 8 of the block
+  // (Sᵀ, dPᵀ, dK, dV) and queries q_local, q_local + 8 of a 64-query block (dQ).
+  const int key_local = consumer * 64 + warp_in_wg * 16 + g;
+  const int q_local = warp_in_wg * 16 + g;
+
+  // Descriptor bases: this warpgroup's 64 keys of K and V (A of Sᵀ and dPᵀ); Q, dO, dS at stage 0.
+  const std::uint32_t k_rows = ptx::smem_addr(st.k) + consumer * 64 * hopper::kSwizzleRowBytes;
+  const std::uint32_t v_rows = ptx::smem_addr(st.v) + consumer * 64 * hopper::kSwizzleRowBytes;
+  const std::uint32_t k_all = ptx::smem_addr(st.k);
+  const std::uint32_t q_addr = ptx::smem_addr(st.q);
+  const std::uint32_t do_addr = ptx::smem_addr(st.d_o);
+  const std::uint32_t ds_addr = ptx::smem_addr(st.ds);
+
+  float acc_dk[kHeadDim / 2];
+  float acc_dv[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
+
+  float* dq_head = dq_acc + std::int64_t(bh) * n_pad * kHeadDim;
+
+  hopper::mbarrier_wait(&st.kv_full, 0);
+
+  auto block = [&](int m, auto masked) {
+    const int it = m - m_begin;
+    const int stage = hopper::ring_stage<kStages>(it);
+    const std::uint32_t q_s = q_addr + stage * T::kQBytes;
+    const std::uint32_t do_s = do_addr + stage * T::kQBytes;
+    hopper::mbarrier_wait(&st.full[stage], hopper::ring_parity<kStages>(it));
+    // Per block, and left uninitialised: each product's first k16 step overwrites its accumulator
+    // (accumulate = 0), but the wgmma asm names it as read too, so an array declared outside the
+    // loop would keep the previous block's values alive across the whole block (what made the
+    // D = 128 kernel spill).
+    float s[kBlockM / 2];   // Sᵀ, then Pᵀ
+    float dp[kBlockM / 2];  // dPᵀ, then dSᵀ
+    float dq[T::kDqChunk / 2];
+    std::uint32_t p_a[kBlockM / 16][4];   // Pᵀ as the A operand of dV
+    std::uint32_t ds_a[kBlockM / 16][4];  // dSᵀ as the A operand of dK
+
+    // Sᵀ and dPᵀ, issued together; the exponential runs while dPᵀ is still in the tensor cores.
+    hopper::wgmma_fence();
+    hopper::issue_qk<kHeadDim, kBlockN, Element>(s, k_rows, q_s);
+    hopper::wgmma_commit();
+    hopper::issue_qk<kHeadDim, kBlockN, Element>(dp, v_rows, do_s);
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<1>();
+    hopper::fence_registers(s);
+    if constexpr (decltype(masked)::value)
+      mask_keys<kBlockM, kCausal>(s, kv_start + key_local, m * kBlockM, n, t);
+    const float* lse = st.lse[stage];
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s[4 * j + 2 * h] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h], scale_log2, -l.x));
+        s[4 * j + 2 * h + 1] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + 1], scale_log2, -l.y));
+      }
+    }
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(dp);
+    const float* d = st.d[stage];
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dd.x);
+        dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - dd.y);
+      }
+    }
+    hopper::p_to_a<kBlockM, Element>(s, p_a);
+    hopper::p_to_a<kBlockM, Element>(dp, ds_a);
+
+    // dSᵀ into shared memory for dQ. Its buffer's previous readers are done: they read it two
+    // blocks ago, and every consumer warp passed the previous block's barrier (below) only after
+    // waiting for those products.
+    const int ds_stage = it % T::kDsStages;
+    stage_a_rows<kBlockM, kBlockN>(ds_a, st.ds[ds_stage], key_local, t);
+    hopper::fence_proxy_async_smem();
+
+    // dV += Pᵀ dO and dK += dSᵀ Q: the keys' gradients, A from registers.
+    hopper::wgmma_fence();
+    hopper::issue_pv<kBlockM, Element>(acc_dv, p_a, do_s);
+    hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
+    hopper::wgmma_commit();
+
+    // dQ = dS K over the whole key block: every consumer's rows of dSᵀ must be in place.
+    hopper::named_barrier_sync<T::kConsumers * kWarpgroupThreads>(int(hopper::NamedBarrier::kDsStaged));
+    const std::uint32_t ds_s = ds_addr + ds_stage * (kBlockN * kBlockM * sizeof(Element));
+#pragma unroll
+    for (int i = 0; i < T::kDqProducts / T::kConsumers; ++i) {
+      const int product = consumer + i * T::kConsumers;
+      const int mb = product / (kHeadDim / T::kDqChunk);  // 64-query block of the stage
+      const int c = product % (kHeadDim / T::kDqChunk);   // 64-column block of D
+      // A: dSᵀ's column block mb (queries contiguous, keys down the rows), read transposed;
+      // B: K's column block c ([keys][64], D contiguous), read transposed as V is in P·V.
+      const std::uint32_t a_base = ds_s + mb * kBlockN * hopper::kSwizzleRowBytes;
+      const std::uint32_t b_base = k_all + c * kBlockN * hopper::kSwizzleRowBytes;
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const std::uint32_t key_rows = kk * 16 * hopper::kSwizzleRowBytes;
+        hopper::Wgmma<T::kDqChunk, Element>::template ss_transposed<true, true>(
+            dq, hopper::desc_mn_major(a_base + key_rows, kBlockN * hopper::kSwizzleRowBytes),
+            hopper::desc_mn_major(b_base + key_rows, kBlockN * hopper::kSwizzleRowBytes), kk > 0);
+      }
+      hopper::wgmma_commit();
+      if (i == 0) {
+        // The older group, dV and dK, is done: Pᵀ and dSᵀ's registers are free and the stage's
+        // Q and dO may be refilled, while this dQ product still runs.
+        hopper::wgmma_wait<1>();
+        hopper::fence_registers(acc_dv);
+        hopper::fence_registers(acc_dk);
+        hopper::fence_registers(p_a);
+        hopper::fence_registers(ds_a);
+        __syncwarp();
+        if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+      }
+      hopper::wgmma_wait<0>();
+      hopper::fence_registers(dq);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float* dst = dq_head + std::int64_t(m * kBlockM + mb * 64 + q_local + 8 * h) * kHeadDim +
+                     c * T::kDqChunk + 2 * t;
+#pragma unroll
+        for (int j = 0; j < T::kDqChunk / 8; ++j)
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
+                    make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));
+      }
+    }
+  };
+
+  // Masked blocks first: every block of a key block with keys past N; causal, the query blocks
+  // that straddle the diagonal (those before the first query block entirely at or after the
+  // block's last key).
+  const bool ragged_keys = kv_start + kBlockN > n;
+  const int m_masked_end = ragged_keys ? m_end
+                           : kCausal ? min(m_end, ceil_div(kv_start + kBlockN - 1, kBlockM))
+                                     : m_begin;
+  int m = m_begin;
+  for (; m < m_masked_end; ++m) block(m, std::true_type{});
+  for (; m < m_end; ++m) block(m, std::false_type{});
+
+  // Epilogue: dK = scale · dSᵀ Q; rows past N are not stored.
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] *= scale;
+  const std::int64_t head = std::int64_t(bh) * n * kHeadDim;
+  hopper::store_o_rows<kHeadDim>(acc_dk, dk + head, kv_start + key_local, n, t);
+  hopper::store_o_rows<kHeadDim>(acc_dv, dv + head, kv_start + key_local, n, t);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a: never reached (the variant refuses), never silent
+#endif  // LADDER_SM90A
+}
+
+// ---- Host side --------------------------------------------------------------------------------
+int padded_rows(int n) { return ceil_div(n, kRowPad) * kRowPad; }
+
+// The workspace: the fp32 dQ accumulator [B·H][n_pad][D], then lse·log2e and D, [B·H][n_pad] each.
+struct Workspace {
+  float* dq_acc;
+  float* lse_log2;
+  float* d_rows;
+};
+std::size_t workspace_bytes(const ladder::AttentionShape& s) {
+  const std::size_t rows = std::size_t(s.batch) * s.heads * padded_rows(s.seqlen);
+  return rows * (std::size_t(s.head_dim) + 2) * sizeof(float);
+}
+Workspace carve(void* base, const ladder::AttentionShape& s) {
+  const std::size_t rows = std::size_t(s.batch) * s.heads * padded_rows(s.seqlen);
+  auto* f = static_cast<float*>(base);
+  return {f, f + rows * s.head_dim, f + rows * (s.head_dim + 1)};
+}
+
+template <class T, bool kCausal>
+void launch_tile(const BackwardArgs& args, cudaStream_t stream) {
+  using Element = typename T::Element;
+  constexpr int kHeadDim = T::kHeadDim;
+  const auto a = args.as<Element>();
+  const auto& sh = args.shape;
+  const int n = sh.seqlen;
+  const int n_pad = padded_rows(n);
+  const int heads = sh.batch * sh.heads;
+  const std::int64_t rows = std::int64_t(heads) * n_pad;
+  if (args.workspace == nullptr) throw std::logic_error("step 25 needs its workspace");
+  const Workspace ws = carve(args.workspace, sh);
+
+  backward_preprocess_kernel<kHeadDim, Element>
+      <<<unsigned(ceil_div(rows, std::int64_t(kPrepWarps))), kPrepWarps * 32, 0, stream>>>(
+          a.o, a.d_o, args.lse, ws.lse_log2, ws.d_rows, ws.dq_acc, n, n_pad, rows);
+  CUDA_CHECK_LAUNCH("backward_preprocess_kernel");
+
+  auto* kernel = hopper_backward_kernel<T, kCausal>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(T::kSmemBytes)));
+  const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, heads, n, kHeadDim, T::kBlockM);
+  const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, heads, n, kHeadDim, T::kBlockN);
+  const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, heads, n, kHeadDim, T::kBlockN);
+  const CUtensorMap tm_do = hopper::make_attention_tensor_map(a.d_o, heads, n, kHeadDim, T::kBlockM);
+  const dim3 grid(unsigned(heads), unsigned(ceil_div(n, T::kBlockN)));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+      tm_q, tm_k, tm_v, tm_do, ws.lse_log2, ws.d_rows, ws.dq_acc, a.dk, a.dv, n, n_pad,
+      args.softmax_scale * ladder::kLog2e, args.softmax_scale);
+  CUDA_CHECK_LAUNCH("hopper_backward_kernel");
+
+  const std::int64_t quads = std::int64_t(heads) * n * kHeadDim / 4;
+  const int blocks = int(std::min<std::int64_t>(ceil_div(quads, std::int64_t(kConvertThreads)),
+                                                std::int64_t(args.sm_count > 0 ? args.sm_count : 132) * 16));
+  backward_convert_dq_kernel<kHeadDim, Element>
+      <<<blocks, kConvertThreads, 0, stream>>>(ws.dq_acc, a.dq, n, n_pad, quads, args.softmax_scale);
+  CUDA_CHECK_LAUNCH("backward_convert_dq_kernel");
+}
+
+// The query rows per block of a variant at each head dimension.
+template <int kConsumers, int kHeadDim>
+inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
+template <int kHeadDim, class Element, int kConsumers>
+using TileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
+
+template <int kConsumers>
+void launch(const BackwardArgs& a, cudaStream_t stream) {
+  auto body = [&]<class Element>() {
+    ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
+      using T = TileOf<kHeadDim, Element, kConsumers>;
+      if (a.shape.causal) launch_tile<T, true>(a, stream);
+      else launch_tile<T, false>(a, stream);
+    });
+  };
+  if (a.shape.dtype == ladder::DType::BF16) body.template operator()<__nv_bfloat16>();
+  else body.template operator()<__half>();
+}
+
+template <int kConsumers, int kHeadDim>
+std::vector<ladder::KernelInfo> kernels() {
+  std::vector<ladder::KernelInfo> out;
+  auto add = [&]<class Element>(const char* type) {
+    using T = TileOf<kHeadDim, Element, kConsumers>;
+    const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
+                                        T::kBlockN, T::kBlockM, T::kStages, type);
+    auto add_one = [&](ladder::KernelInfo k) {
+      k.dtype = ladder::dtype_of<Element>();
+      out.push_back(std::move(k));
+    };
+    add_one(ladder::kernel(ladder::strprintf("backward_preprocess_kernel<D=%d%s>", kHeadDim, type),
+                           backward_preprocess_kernel<kHeadDim, Element>, kPrepWarps * 32));
+    add_one(ladder::kernel(name, hopper_backward_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    add_one(ladder::kernel(name + " causal", hopper_backward_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
+    add_one(ladder::kernel(ladder::strprintf("backward_convert_dq_kernel<D=%d%s>", kHeadDim, type),
+                           backward_convert_dq_kernel<kHeadDim, Element>, kConvertThreads));
+  };
+  add.template operator()<__half>("");
+  add.template operator()<__nv_bfloat16>(",bf16");
+  return out;
+}
+
+template <int kConsumers>
+ladder::Variant variant(const char* name, const char* description) {
+  return ladder::backward_variant(name, description, launch<kConsumers>)
+      .needs_sm(90)
+      .for_head_dims({64, 128})
+      .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
+      // grid.y is the key blocks of a head
+      .up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers)
+      .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
+      .nondeterministic()  // dQ: float atomics from every key block
+      .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
+      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128>() : kernels<kConsumers, 64>(); });
+}
+
+LADDER_REGISTER_STEP(
+    ladder::backward_step(25, "hopper_backward", "The Hopper backward: wgmma, TMA and a producer warp", "24/atomic")
+        .add(variant<1>("one_consumer",
+                        "64 keys per CTA, one consumer warpgroup: S^T, dP^T, dV, dK, dQ on wgmma, "
+                        "Q/dO ring by TMA, dQ by fp32 atomics"))
+        .add(variant<2>("two_consumers",
+                        "128 keys per CTA, two consumer warpgroups (64 keys each) and setmaxnreg; "
+                        "FlashAttention-3's tiles: 128 query rows per block at D=64, 64 at D=128"))
+        .main_is("two_consumers"));
+
+}  // namespace
