@@ -364,10 +364,13 @@ def gradients_check(row, grads, refs, dtype_name):
         one = {}
         output_check(one, out, ref, dtype_name)
         row["gradients"][name] = one
-    worst = max(row["gradients"].values(), key=lambda g: g["rel_diff"] if g["rel_diff"] == g["rel_diff"] else 1e30)
+    worst = max(row["gradients"], key=lambda name: (row["gradients"][name]["rel_diff"]
+                                                  if row["gradients"][name]["rel_diff"] == row["gradients"][name]["rel_diff"]
+                                                  else 1e30))
+    row["worst_gradient"] = worst
     row["max_abs_diff"] = max((g["max_abs_diff"] for g in row["gradients"].values()),
                               key=lambda x: x if x == x else 1e30)
-    row["rel_diff"] = worst["rel_diff"]
+    row["rel_diff"] = row["gradients"][worst]["rel_diff"]
     row["output_check"] = ("pass" if all(g["output_check"] == "pass" for g in row["gradients"].values())
                            else "FAIL")
 
@@ -595,7 +598,8 @@ def main(argv=None):
     write(final=True)
     for row in failed:
         print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
-              f"causal={row['causal']}: max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
+              f"causal={row['causal']}" + (f" ({row['worst_gradient']} the worst)" if "worst_gradient" in row else "")
+              + f": max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
               f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[args.dtype]:.0f}%)",
               file=sys.stderr)
     return 1 if failed else 0

@@ -303,7 +303,8 @@ def test_peers_backward(tmp):
 
     r, data, rows = run_fake_peers(tmp, "fake-bwd-wrong", "wrong", "--pass", "bwd", "--ladder-lib", str(a),
                                    "--ladder-variants", "24/no_mask")
-    check(r.returncode == 1 and "FAIL: ladder:24/no_mask" in r.stderr and "FAIL: fa4" in r.stderr,
+    check(r.returncode == 1 and "FAIL: ladder:24/no_mask" in r.stderr and "FAIL: fa4" in r.stderr
+          and " the worst): max|Δ|" in r.stderr,
           "backward: a variant without the causal mask and FA4 in the wrong layout FAIL, exit 1")
     check(rows.get(("ladder:24/no_mask", False), {}).get("output_check") == "pass"
           and rows.get(("ladder:24/no_mask", True), {}).get("output_check") == "FAIL",
