@@ -18,7 +18,9 @@ A chapter asks for a table with a marker pair; everything between them is replac
         scripts/peers.py's file with the ladder's rows (--ladder-lib): per shape, PyTorch's cuDNN
         backend, the ladder's cuDNN row and each ladder variant in TFLOP/s, with its ratio to
         PyTorch's cuDNN (one process, one timing method); with FlashAttention-4 rows, its column
-        and each variant's ratio to it too
+        and each variant's ratio to it too. A backward file (peers.py --pass bwd, "pass": "bwd")
+        gives the backward's table: the ladder's cuDNN row is step 98's, and PyTorch's
+        FlashAttention-2 backend has a column
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
@@ -149,7 +151,8 @@ def bench_table(spec):
     peers = {}
     if "peers" in spec:
         for p in load(spec["peers"])["rows"]:
-            if p["kind"] == "attention" and p["head_dim"] == d and p["causal"] == causal and "tflops" in p:
+            if (p["kind"] == "attention" and p.get("pass", "fwd") == "fwd" and p["head_dim"] == d
+                    and p["causal"] == causal and "tflops" in p):
                 peers[(p["name"], p["seqlen"])] = p["tflops"]
     ids = []
     for r in runs:
@@ -352,12 +355,15 @@ def _peers_footer(data, spec, command):
 def crosscheck_table(spec):
     data = load(spec["file"])
     rows, shapes, by, dtype = _peer_rows(data)
+    backward = data.get("pass", "fwd") == "bwd"
     ids = [x for x in spec.get("ids", "").split(",") if x]
     fa4 = any(r["name"] == "fa4" and "tflops" in r for r in rows)
-    head = ("| B | H | N | D | mask | PyTorch cuDNN | ladder's cuDNN |" + (" FA4 | FA4 × cuDNN |" if fa4 else "")
+    head = ("| B | H | N | D | mask | PyTorch cuDNN |" + (" PyTorch FA2 |" if backward else "") + " ladder's cuDNN |"
+            + (" FA4 | FA4 × cuDNN |" if fa4 else "")
             + "".join(f" {i} | × cuDNN |" + (" × FA4 |" if fa4 else "") for i in ids))
-    ncols = 7 + (2 if fa4 else 0) + len(ids) * (3 if fa4 else 2)
-    out = [f"TFLOP/s in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
+    ncols = 7 + (1 if backward else 0) + (2 if fa4 else 0) + len(ids) * (3 if fa4 else 2)
+    what = ("Backward (dQ, dK, dV from dO; FLOPs 2.5× the forward's), TFLOP/s" if backward else "TFLOP/s")
+    out = [f"{what} in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
            "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
            + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "") + ".\n",
            head, "|" + "---|" * ncols]
@@ -365,8 +371,10 @@ def crosscheck_table(spec):
         b, h, n, d, causal = key
         ref = _tf(by, "sdpa-cudnn", key)
         f4 = _tf(by, "fa4", key)
-        cells = [str(b), str(h), str(n), str(d), "causal" if causal else "none", _num(ref),
-                 _num(_tf(by, "ladder:99/cudnn", key))]
+        cells = [str(b), str(h), str(n), str(d), "causal" if causal else "none", _num(ref)]
+        if backward:
+            cells.append(_num(_tf(by, "sdpa-flash", key)))
+        cells.append(_num(_tf(by, "ladder:98/cudnn" if backward else "ladder:99/cudnn", key)))
         if fa4:
             cells += [_num(f4), _ratio(f4, ref)]
         for i in ids:
@@ -375,8 +383,10 @@ def crosscheck_table(spec):
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     if any(r.get("output_check") == "FAIL" for r in rows):
-        out.append("FAIL: the row's output differed from PyTorch's cuDNN backend beyond the tolerance.\n")
-    out.append(_peers_footer(data, spec, "scripts/peers.py --grid part4 --ladder-lib … --ladder-variants …"))
+        out.append("FAIL: the row's output" + (" (dQ, dK or dV)" if backward else "")
+                   + " differed from PyTorch's cuDNN backend beyond the tolerance.\n")
+    out.append(_peers_footer(data, spec, "scripts/peers.py --pass bwd --ladder-lib … --ladder-variants …" if backward
+                             else "scripts/peers.py --grid part4 --ladder-lib … --ladder-variants …"))
     return "\n".join(out) + "\n"
 
 

@@ -12,7 +12,7 @@ replay, so Python's dispatch (13-17% of the time at small sizes when timed eager
 measurement; a backend that cannot be captured is timed eagerly and its row says so.
 
     python3 scripts/peers.py --out peers.json [--quick] [--dtype bf16] [--grid part4]
-        [--backends sdpa-cudnn,fa4]
+        [--pass bwd] [--backends sdpa-cudnn,fa4]
         [--ladder-lib build/round/lib/libladder_capi.so --ladder-variants 20/persistent,99/cudnn]
         [--ladder-lib old=OLD.so --ladder-lib new=NEW.so --ladder-pairs old:20/persistent_snake>new:21/snake]
 
@@ -26,6 +26,15 @@ one run; --ladder-pairs OLD>NEW records which rows make_tables.py's compare tabl
 Every row's output is compared with the reference (PyTorch's cuDNN backend, else its default SDPA):
 max |difference| relative to max |reference| above 2% (fp16) or 5% (bf16) marks the row FAIL and the
 script exits 1 after writing the file, so a wrong call (a layout, a mask) cannot pass silently.
+
+--pass bwd times the backward instead: dQ, dK, dV from dO, on the shapes of Part V (--grid bwd,
+its default: B=4 H=8 N=8192 D=64 and B=2 H=16 N=8192 D=128, both masks). PyTorch's backends and
+FlashAttention-4 run their forward once, untimed, and the timed call is autograd's backward of that
+output (torch.autograd.grad with retain_graph, captured in a CUDA graph on the forward's stream, so
+a replay is exactly the backend's backward kernels); the ladder's backward variants
+(ladder_attention_backward) get the same Q, K, V, dO, PyTorch cuDNN's O and the fp32 log-sum-exp of
+the scaled logits. TFLOP/s count 2.5x the forward's FLOPs (halved for causal), and each of dQ, dK,
+dV is checked against PyTorch cuDNN's, with the forward's tolerance on the worst of the three.
 """
 import argparse
 import ctypes
@@ -49,6 +58,9 @@ except ImportError:  # the parts below that need no GPU (argument checks, CPU te
     BACKENDS = {}
 
 BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
+# --pass bwd's default: PyTorch's FlashAttention-2 and cuDNN backends, and FlashAttention-4.
+BACKWARD_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "fa4")
+GRADIENTS = ("dq", "dk", "dv")
 # max |out - reference| / max |reference| above this marks the row FAIL (a wrong layout or mask
 # gives O(1); two correct kernels differ by a few units of the last place).
 OUTPUT_TOLERANCE = {"fp16": 0.02, "bf16": 0.05}
@@ -58,7 +70,11 @@ def grids(quick, grid="ladder"):
     """(batch, heads, seqlen, head_dim, causal): grid="ladder", the ladder's benchmark grids;
     "part4", the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192, both
     masks, and FlashAttention-3's ablation shape B=4 H=16 N=8448 D=128); "series", Part III's
-    workload (B=1 H=64 N=1024 D=128) before the ladder's grids and B=4 H=8 N=16384 D=64."""
+    workload (B=1 H=64 N=1024 D=128) before the ladder's grids and B=4 H=8 N=16384 D=64; "bwd", the
+    backward's shapes of Part V (B=4 H=8 N=8192 D=64 and B=2 H=16 N=8192 D=128, both masks)."""
+    if grid == "bwd":
+        shapes = [(4, 8, 8192, 64, c) for c in (False, True)] + [(2, 16, 8192, 128, c) for c in (False, True)]
+        return shapes[:2] if quick else shapes
     if grid == "part4":
         shapes = [(4, 8, n, 64, c) for c in (False, True) for n in (4096, 8192)]
         shapes += [(16384 // n, 16, n, 128, c) for c in (False, True) for n in (4096, 8192)]
@@ -83,17 +99,19 @@ def percentile(sorted_values, p):
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
 
 
-def as_graph(fn):
-    """(callable that replays fn's kernels, "cuda-graph"), or (fn, "eager") if capture fails."""
+def as_graph(fn, stream=None):
+    """(callable that replays fn's kernels, "cuda-graph"), or (fn, "eager") if capture fails.
+    `stream`: warm up and capture on that stream (a backward's: autograd runs each backward kernel
+    on the stream of its forward, which must be the capturing one), else on fresh ones."""
     try:
-        side = torch.cuda.Stream()
+        side = stream or torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):  # library handles and workspaces are created outside the capture
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with (torch.cuda.graph(graph, stream=stream) if stream is not None else torch.cuda.graph(graph)):
             fn()
         torch.cuda.synchronize()
         return graph.replay, "cuda-graph"
@@ -161,6 +179,7 @@ class LadderLibs:
     def __init__(self, specs):
         self.paths = parse_ladder_libs(specs)
         self.fns = {}
+        self.backward_fns = {}
         for label, path in self.paths.items():
             lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
             f = lib.ladder_attention
@@ -168,9 +187,21 @@ class LadderLibs:
                           + [ctypes.c_char_p, ctypes.c_int])
             f.restype = ctypes.c_int
             self.fns[label] = f
+            # ladder_attention_backward: in libraries built from Part V on (an older one has none)
+            b = getattr(lib, "ladder_attention_backward", None)
+            if b is not None:
+                b.argtypes = ([ctypes.c_char_p] + [ctypes.c_int] * 6 + [ctypes.c_void_p] * 10
+                              + [ctypes.c_char_p, ctypes.c_int])
+                b.restype = ctypes.c_int
+            self.backward_fns[label] = b
 
     def call(self, label, variant, *args):
         return self.fns[label](variant.encode(), *args)
+
+    def call_backward(self, label, variant, *args):
+        if self.backward_fns[label] is None:
+            raise RuntimeError(f"{self.paths[label]} has no ladder_attention_backward (built before Part V)")
+        return self.backward_fns[label](variant.encode(), *args)
 
 
 def parse_ladder_libs(specs):
@@ -242,6 +273,54 @@ def ladder_call(libs, label, variant, q, k, v, causal, bf16):
     return call, o
 
 
+def ladder_backward_call(libs, label, variant, q, k, v, o, d_o, lse, causal, bf16):
+    """A callable that runs backward `variant` of library `label` into its own dQ, dK, dV (returned
+    as a tuple), from q, k, v, the forward's o and lse, and d_o."""
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+    bsz, heads, n, d = q.shape
+    err = ctypes.create_string_buffer(1024)
+
+    def call():
+        rc = libs.call_backward(label, variant, bsz, heads, n, d, int(causal), int(bf16), q.data_ptr(),
+                                k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(),
+                                dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                torch.cuda.current_stream().cuda_stream, err, len(err))
+        if rc:
+            raise RuntimeError(err.value.decode())
+    return call, (dq, dk, dv)
+
+
+def reference_lse(q, k, causal, rows=1024):
+    """The forward's log-sum-exp, [B, H, N] fp32: natural log of the sum of exp(q.k / sqrt(D)) over
+    each row's visible keys, from fp32 products, `rows` queries at a time (a [B, H, rows, N] block
+    of scores, 1 GiB at B*H = 32 and N = 8192)."""
+    bsz, heads, n, d = q.shape
+    lse = torch.empty(bsz, heads, n, dtype=torch.float32, device=q.device)
+    kt = k.float().transpose(-1, -2)
+    for i in range(0, n, rows):
+        s = torch.matmul(q[:, :, i:i + rows].float(), kt) * d ** -0.5
+        if causal:  # query i + r sees keys j <= i + r
+            r = torch.arange(i, min(i + rows, n), device=q.device)[:, None]
+            s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > r, float("-inf"))
+        lse[:, :, i:i + rows] = torch.logsumexp(s, dim=-1)
+    return lse
+
+
+def autograd_backward(forward, inputs, d_o, stream):
+    """The backward of forward(*inputs) as a callable returning nothing (its dQ, dK, dV go to the
+    box returned with it): the forward runs once here, on `stream`, so that autograd puts the
+    backward's kernels on `stream` too, the one as_graph then captures on."""
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    with torch.cuda.stream(stream):
+        out = forward(*leaves)
+    torch.cuda.synchronize()
+    box = {}
+
+    def call():
+        box["grads"] = torch.autograd.grad(out, leaves, d_o, retain_graph=True)
+    return call, box
+
+
 def load_fa4():
     """FlashAttention-4's flash_attn_func and its version, or (None, why)."""
     try:
@@ -277,6 +356,25 @@ def output_check(row, out, ref, dtype_name):
     row["output_check"] = "pass" if diff / scale <= OUTPUT_TOLERANCE[dtype_name] and diff == diff else "FAIL"
 
 
+def gradients_check(row, grads, refs, dtype_name):
+    """output_check for dQ, dK, dV: each one's figures under row["gradients"]; the row's max_abs_diff,
+    rel_diff and output_check are the worst of the three (NaN anywhere fails)."""
+    row["gradients"] = {}
+    for name, out, ref in zip(GRADIENTS, grads, refs):
+        one = {}
+        output_check(one, out, ref, dtype_name)
+        row["gradients"][name] = one
+    worst = max(row["gradients"], key=lambda name: (row["gradients"][name]["rel_diff"]
+                                                  if row["gradients"][name]["rel_diff"] == row["gradients"][name]["rel_diff"]
+                                                  else 1e30))
+    row["worst_gradient"] = worst
+    row["max_abs_diff"] = max((g["max_abs_diff"] for g in row["gradients"].values()),
+                              key=lambda x: x if x == x else 1e30)
+    row["rel_diff"] = row["gradients"][worst]["rel_diff"]
+    row["output_check"] = ("pass" if all(g["output_check"] == "pass" for g in row["gradients"].values())
+                           else "FAIL")
+
+
 def gpu_provenance():
     props = torch.cuda.get_device_properties(0)
     info = {"name": props.name, "sm_count": props.multi_processor_count,
@@ -299,11 +397,15 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--grid", choices=("ladder", "part4", "series"), default="ladder",
-                    help="the ladder's benchmark grid, Part IV's target shapes, or Part III's series")
-    ap.add_argument("--backends", default=",".join(BACKEND_NAMES),
+    ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd",
+                    help="time the forward (O from Q, K, V), or the backward (dQ, dK, dV from dO)")
+    ap.add_argument("--grid", choices=("ladder", "part4", "series", "bwd"), default=None,
+                    help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
+                    "Part III's series, or Part V's backward shapes (the backward's default)")
+    ap.add_argument("--backends", default=None,
                     help="comma-separated peers to time: " + ", ".join(BACKEND_NAMES)
-                    + " (fa4 only where flash_attn.cute imports)")
+                    + " (fa4 only where flash_attn.cute imports); default all for the forward, "
+                    + ",".join(BACKWARD_BACKENDS) + " for the backward")
     ap.add_argument("--ladder-lib", action="append", default=[],
                     help="libladder_capi.so, or LABEL=PATH (repeatable): also time the ladder's variants here")
     ap.add_argument("--ladder-variants", default="",
@@ -313,6 +415,11 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                     help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate)")
     args = ap.parse_args(argv)
+    backward = args.pass_ == "bwd"
+    if args.grid is None:
+        args.grid = "bwd" if backward else "ladder"
+    if args.backends is None:
+        args.backends = ",".join(BACKWARD_BACKENDS if backward else BACKEND_NAMES)
     backends = [x for x in args.backends.split(",") if x]
     for b in backends:
         if b not in BACKEND_NAMES:
@@ -363,10 +470,14 @@ def main(argv=None):
             # LADDER_LIB_COMMITS="old=349da4a,new=..." (scripts/round.sh sets it): each library's commit
             "ladder_lib_commits": dict(x.split("=", 1) for x in
                                        os.environ.get("LADDER_LIB_COMMITS", "").split(",") if "=" in x),
-            "method": "each call captured in a CUDA graph (else eager, per row's timing_method); CUDA events "
+            "pass": args.pass_,
+            "method": ("backward: the forward run once untimed, the timed call autograd's backward of its output "
+                       "(dQ, dK, dV from dO), the ladder's from the same O and log-sum-exp; " if backward else "")
+                      + "each call captured in a CUDA graph (else eager, per row's timing_method); CUDA events "
                       "around one replay per repetition, L2 flushed (2x L2 zeroed) between, 3 interleaved rounds "
                       "(alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
-        result = {"schema": "attention-ladder/peers/1", "provenance": provenance, "complete": final, "rows": rows}
+        result = {"schema": "attention-ladder/peers/1", "pass": args.pass_, "provenance": provenance,
+                  "complete": final, "rows": rows}
         if pairs:
             result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in pairs]
         with open(args.out + ".tmp", "w") as f:
@@ -376,22 +487,42 @@ def main(argv=None):
     failed = []
     for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
         q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
-        flops = 4 * bsz * heads * n * n * d / (2 if causal else 1)
-        base = {"kind": "attention", "batch": bsz, "heads": heads, "seqlen": n, "head_dim": d,
-                "causal": causal, "dtype": args.dtype, "flops": flops}
-        # The reference every row's output is checked against: PyTorch's cuDNN backend, else its default.
-        ref_name = "sdpa-cudnn"
-        try:
+        flops = 4 * bsz * heads * n * n * d / (2 if causal else 1) * (2.5 if backward else 1)
+        base = {"kind": "attention", "pass": args.pass_, "batch": bsz, "heads": heads, "seqlen": n,
+                "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def reference(q_, k_, v_, name):
+            if name == "sdpa-default":
+                return sdpa(q_, k_, v_, is_causal=causal)
             with sdpa_kernel([BACKENDS["sdpa-cudnn"]]):
-                ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        except Exception:
-            ref_name = "sdpa-default"
-            ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return sdpa(q_, k_, v_, is_causal=causal)
+        if backward:
+            d_o = torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda")
+            bwd_stream = torch.cuda.Stream()  # every backward's forward, and so its backward, runs here
+        # The reference every row's output is checked against: PyTorch's cuDNN backend, else its
+        # default; for the backward, its dQ, dK, dV, and the O and log-sum-exp the ladder's take.
+        for ref_name in ("sdpa-cudnn", "sdpa-default"):
+            try:
+                ref = reference(q, k, v, ref_name)
+                if backward:
+                    o_fwd = ref.contiguous()
+                    call, box = autograd_backward(lambda *x: reference(*x, ref_name), (q, k, v), d_o, bwd_stream)
+                    call()
+                    torch.cuda.synchronize()
+                    ref = tuple(g.clone() for g in box["grads"])
+                    call = box = None
+                break
+            except Exception:
+                if ref_name == "sdpa-default":
+                    raise
+        if backward:
+            lse = reference_lse(q, k, causal)
         shape_rows, fns = [], []
         keep = []  # a graph replays into its outputs by address: they must outlive its timing
 
         def add(name, make):
-            """make() -> (callable, function returning its O as [B, H, N, D])."""
+            """make() -> (callable, function returning its O as [B, H, N, D], or its dQ, dK, dV)."""
             row = {**base, "name": name}
             try:
                 call, output = make()
@@ -400,8 +531,11 @@ def main(argv=None):
                 torch.cuda.synchronize()
                 if name != ref_name:
                     row["reference"] = ref_name
-                    output_check(row, output(), ref, args.dtype)
-                fn, row["timing_method"] = as_graph(call)
+                    if backward:
+                        gradients_check(row, output(), ref, args.dtype)
+                    else:
+                        output_check(row, output(), ref, args.dtype)
+                fn, row["timing_method"] = as_graph(call, bwd_stream) if backward else as_graph(call)
                 fns.append(fn)
             except Exception as e:  # refused or failed: say why
                 row["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
@@ -410,19 +544,37 @@ def main(argv=None):
         for name in [b for b in backends if b in BACKENDS]:
             def make(backend=BACKENDS[name]):
                 box = {}
+                if backward:
+                    def forward(q_, k_, v_):
+                        with sdpa_kernel([backend]):
+                            return sdpa(q_, k_, v_, is_causal=causal)
+                    call, box = autograd_backward(forward, (q, k, v), d_o, bwd_stream)
+                    return call, lambda: box["grads"]
 
                 def call():
                     with sdpa_kernel([backend]):
-                        box["out"] = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        box["out"] = sdpa(q, k, v, is_causal=causal)
                 return call, lambda: box["out"]
             add(name, make)
         if fa4 is not None:
             def make_fa4():
+                if backward:  # FA4 on [B, N, H, D]: its inputs, dO and gradients transposed
+                    qt, kt, vt, d_ot = (x.transpose(1, 2).contiguous() for x in (q, k, v, d_o))
+
+                    def forward(q_, k_, v_):
+                        res = fa4(q_, k_, v_, causal=causal)
+                        return res[0] if isinstance(res, (tuple, list)) else res
+                    call, box = autograd_backward(forward, (qt, kt, vt), d_ot, bwd_stream)
+                    return call, lambda: tuple(g.transpose(1, 2) for g in box["grads"])
                 call, box = fa4_call(fa4, q, k, v, causal)
                 return call, lambda: box["out"].transpose(1, 2)
             add("fa4", make_fa4)
         for label, vid in variants:
             def make_ladder(label=label, vid=vid):
+                if backward:
+                    call, grads = ladder_backward_call(libs, label, vid, q, k, v, o_fwd, d_o, lse, causal,
+                                                       args.dtype == "bf16")
+                    return call, lambda: grads
                 call, o = ladder_call(libs, label, vid, q, k, v, causal, args.dtype == "bf16")
                 return call, lambda: o
             add(row_name(label, vid), make_ladder)
@@ -437,7 +589,8 @@ def main(argv=None):
                 failed.append(row)
             check = (f", max|Δ| vs {row['reference']} {row['max_abs_diff']:.2e} {row['output_check']}"
                      if "output_check" in row else "")
-            print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}: "
+            print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}"
+                  + (" backward: " if backward else ": ")
                   + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
                      else row["error"]), flush=True)
         write()
@@ -445,7 +598,8 @@ def main(argv=None):
     write(final=True)
     for row in failed:
         print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
-              f"causal={row['causal']}: max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
+              f"causal={row['causal']}" + (f" ({row['worst_gradient']} the worst)" if "worst_gradient" in row else "")
+              + f": max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
               f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[args.dtype]:.0f}%)",
               file=sys.stderr)
     return 1 if failed else 0

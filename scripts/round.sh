@@ -32,6 +32,9 @@
 #   peers      scripts/peers.py: PyTorch's SDPA backends (and FlashAttention-4) on the ladder's grid
 #   crosscheck scripts/peers.py --grid part4 with the ladder's variants through libladder_capi.so,
 #              beside PyTorch's backends and FlashAttention-4, one process, one timing method
+#   bwdpeers   scripts/peers.py --pass bwd: the backward (dQ, dK, dV) of PyTorch's FA2 and cuDNN
+#              backends and FlashAttention-4 beside the ladder's backward variants (98/cudnn and
+#              each of ROUND_BWD_STEPS' main variant) through libladder_capi.so, at Part V's shapes
 #   compare    scripts/peers.py with two libraries (old=--old-lib, new=this build) in one process:
 #              each old variant and its new counterpart at Part IV's shapes (make_tables' compare)
 #   ncu        Nsight Compute on ROUND_NCU_IDS (speed of light, warp states, schedulers, pipes)
@@ -56,6 +59,7 @@
 # Environment: LADDER_GIT_COMMIT (the commit, where the copy has no .git), ROUND_BUILD,
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
+# ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25),
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
 # ROUND_COMPARE_PAIRS (OLD>NEW,... instead of the re-cut's ten pairs),
 # ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4).
@@ -63,7 +67,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES=(fa4 build smoke test sanitize ladder backward grids waves softmax readme peers crosscheck compare ncu profile labs)
+ALL_STAGES=(fa4 build smoke test sanitize ladder backward grids waves softmax readme peers crosscheck bwdpeers compare ncu profile labs)
 # Old id -> new id: the variants the compare stage times side by side (the re-cut of Part IV).
 COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,20/persistent_dynamic>21/dynamic"
 COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers,21/three_consumers>22/three_consumers_3stage"
@@ -491,6 +495,25 @@ stage_crosscheck() {
   done
   return $rc
 }
+stage_bwdpeers() {
+  need_bin bwdpeers || return 1
+  [ -f "$capi" ] || { note "bwdpeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
+  local dt rc=0 s ids=() use main
+  listed 98/cudnn && ids+=(98/cudnn)
+  for s in ${ROUND_BWD_STEPS:-24 25}; do  # each step's main variant (its only one, if it has one)
+    mapfile -t main < <(variants_of main "$s")
+    ((${#main[@]})) || mapfile -t main < <(variants_of all "$s")
+    ids+=("${main[@]}")
+  done
+  ((${#ids[@]})) || note "  bwdpeers: no backward variant in this build: PyTorch's and FA4's rows only"
+  for dt in "${dtypes[@]}"; do
+    use=("${ids[@]}")
+    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 ${ROUND_BWD_STEPS:-24 25} 98 | sort))
+    peers_run "bwdpeers$(sfx "$dt")" --pass bwd --dtype "$dt" \
+      ${use[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${use[@]}")"} || rc=1
+  done
+  return $rc
+}
 stage_compare() {
   need_bin compare || return 1
   [ -f "$old_lib" ] || { note "compare: no old library at $old_lib(.xz) (--old-lib or ROUND_OLD_LIB)"; return 1; }
@@ -605,7 +628,7 @@ if has build; then stage build 60 || { note "build failed: nothing after it can 
 [ -n "$bin" ] && note "binaries: $bin ($(grep -cE '^ +[0-9]+/' "$logs/list.txt") variants listed)"
 if has smoke; then stage smoke 30 || { note "smoke failed: a kernel hangs or fails on a small problem; stopping"; exit 1; }; fi
 if has test; then stage test 60 || rc_all=1; elif has sanitize; then stage sanitize 60 || rc_all=1; fi
-for s in ladder backward grids waves softmax readme peers crosscheck compare ncu profile labs; do
+for s in ladder backward grids waves softmax readme peers crosscheck bwdpeers compare ncu profile labs; do
   stage "$s" 40 || rc_all=1
 done
 note "done in $((SECONDS - t0)) s, rc=$rc_all"

@@ -1,5 +1,5 @@
-// A C interface to the registered attention variants, so that other programs can time the
-// ladder's kernels with their own method: scripts/peers.py loads it with ctypes and times a step
+// A C interface to the registered attention and backward variants, so that other programs can time
+// the ladder's kernels with their own method: scripts/peers.py loads it with ctypes and times a step
 // exactly as it times PyTorch's SDPA backends (CUDA-graph replays, in the same process, on the
 // same tensors), which makes "step 20 vs PyTorch's cuDNN" a ratio measured one way for both sides.
 //
@@ -7,15 +7,23 @@
 //                        int causal, int bf16, const void* q, const void* k, const void* v,
 //                        void* o, float* lse, void* stream, char* error, int error_bytes);
 //
-// q, k, v, o: [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors; lse: [B, H, N] fp32
-// (written by the variants that write it; may be null for the others); stream: a cudaStream_t.
+//   int ladder_attention_backward(const char* id, int batch, int heads, int seqlen, int head_dim,
+//                                 int causal, int bf16, const void* q, const void* k,
+//                                 const void* v, const void* o, const void* d_o, const float* lse,
+//                                 void* dq, void* dk, void* dv, void* stream, char* error,
+//                                 int error_bytes);
+//
+// q, k, v, o (and d_o, dq, dk, dv): [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors;
+// lse: [B, H, N] fp32, the natural log of the sum of exp(S / sqrt(D)) over each row (the forward
+// writes it where its variant does, and may be given null otherwise; the backward reads it);
+// stream: a cudaStream_t. The backward takes the forward's O and lse and writes dQ, dK, dV.
 // Returns 0, or 1 with a message in `error` (an unknown id, a shape the variant refuses on this
 // GPU, a CUDA failure). Workspaces are allocated on a variant's first call for a shape and kept,
 // so the calls that a CUDA graph captures allocate nothing.
 //
 // The library runs inside another program, next to that program's own copies of the libraries we
 // use (PyTorch ships a cuDNN frontend, CCCL and a CUDA runtime of its own). It therefore exports
-// this one function and nothing else (capi.map), and never lets an exception or an unknown error
+// these two functions and nothing else (capi.map), and never lets an exception or an unknown error
 // cross into the caller.
 #include <cuda_runtime.h>
 
@@ -35,14 +43,16 @@ namespace {
 
 using ladder::AttentionShape;
 
-const ladder::Variant* find_variant(const std::string& id, std::string* why) {
+// The variant `id` if it is of the kind that `Launch` launches ("attention" or "backward").
+template <class Launch>
+const ladder::Variant* find_variant(const std::string& id, const char* kind, std::string* why) {
   if (id.find('/') == std::string::npos) {
     *why = "variant ids look like 20/persistent, got \"" + id + "\"";
     return nullptr;
   }
   const ladder::Variant* v = ladder::Registry::instance().find_variant(id);
-  if (v && std::holds_alternative<ladder::AttentionLaunch>(v->launch)) return v;
-  *why = "no attention variant " + id + " in this library (see `ladder --list`)";
+  if (v && std::holds_alternative<Launch>(v->launch)) return v;
+  *why = std::string("no ") + kind + " variant " + id + " in this library (see `ladder --list`)";
   return nullptr;
 }
 
@@ -78,48 +88,94 @@ void set_error(char* error, int error_bytes, const std::string& what) {
 
 }  // namespace
 
+// What both entry points do before launching: find the variant, check the shape and the GPU, and
+// find (or allocate) its workspace. Throws CallError with the message for `error`.
+struct CallError {
+  std::string what;
+};
+struct Prepared {
+  const ladder::Variant* variant;
+  AttentionShape shape;
+  Device gpu;
+  void* workspace;
+};
+template <class Launch>
+Prepared prepare(const char* id, const char* kind, int batch, int heads, int seqlen, int head_dim,
+                 int causal, int bf16) {
+  std::string why;
+  const ladder::Variant* variant = find_variant<Launch>(id ? id : "", kind, &why);
+  if (!variant) throw CallError{why};
+  AttentionShape shape{.batch = batch, .heads = heads, .seqlen = seqlen, .head_dim = head_dim,
+                       .causal = causal != 0,
+                       .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16};
+  if (auto bad = ladder::validate(shape)) throw CallError{*bad};
+  const Device gpu = current_device();
+  if (auto refused = variant->constraints.refuse(shape, gpu.sm))
+    throw CallError{std::string(id) + " does not run " + shape.to_string() + ": " + *refused};
+  const std::size_t bytes = variant->workspace_bytes(shape);
+  auto& slot = workspaces()[{std::string(id), bytes}];
+  if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
+  return {variant, shape, gpu, slot->get()};
+}
+
+// Runs `body`, turning every exception into 1 and a message (never across the C boundary).
+template <class Body>
+int guarded(const char* id, char* error, int error_bytes, Body&& body) {
+  try {
+    body();
+    return 0;
+  } catch (const CallError& e) {
+    set_error(error, error_bytes, e.what);
+  } catch (const std::exception& e) {
+    set_error(error, error_bytes, e.what());
+  } catch (...) {
+    set_error(error, error_bytes, std::string(id ? id : "?") + ": an exception that is not a std::exception");
+  }
+  return 1;
+}
+
 extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen, int head_dim,
                                 int causal, int bf16, const void* q, const void* k, const void* v,
                                 void* o, float* lse, void* stream, char* error, int error_bytes) {
-  try {
-    std::string why;
-    const ladder::Variant* variant = find_variant(id ? id : "", &why);
-    if (!variant) {
-      set_error(error, error_bytes, why);
-      return 1;
-    }
-    AttentionShape shape{.batch = batch, .heads = heads, .seqlen = seqlen, .head_dim = head_dim,
-                         .causal = causal != 0,
-                         .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16};
-    if (auto bad = ladder::validate(shape)) {
-      set_error(error, error_bytes, *bad);
-      return 1;
-    }
-    const Device gpu = current_device();
-    if (auto refused = variant->constraints.refuse(shape, gpu.sm)) {
-      set_error(error, error_bytes, std::string(id) + " does not run " + shape.to_string() + ": " + *refused);
-      return 1;
-    }
-    const std::size_t bytes = variant->workspace_bytes(shape);
-    auto& slot = workspaces()[{std::string(id), bytes}];
-    if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
-    const ladder::AttentionArgs args{shape,
-                                     shape.softmax_scale(),
+  return guarded(id, error, error_bytes, [&] {
+    const Prepared p = prepare<ladder::AttentionLaunch>(id, "attention", batch, heads, seqlen,
+                                                         head_dim, causal, bf16);
+    const ladder::AttentionArgs args{p.shape,
+                                     p.shape.softmax_scale(),
                                      static_cast<const __half*>(q),
                                      static_cast<const __half*>(k),
                                      static_cast<const __half*>(v),
                                      static_cast<__half*>(o),
                                      lse,
-                                     slot->get(),
-                                     gpu.sm_count,
-                                     gpu.l2_bytes};
-    std::get<ladder::AttentionLaunch>(variant->launch)(args, static_cast<cudaStream_t>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(error, error_bytes, e.what());
-    return 1;
-  } catch (...) {
-    set_error(error, error_bytes, std::string(id ? id : "?") + ": an exception that is not a std::exception");
-    return 1;
-  }
+                                     p.workspace,
+                                     p.gpu.sm_count,
+                                     p.gpu.l2_bytes};
+    std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
+  });
+}
+
+extern "C" int ladder_attention_backward(const char* id, int batch, int heads, int seqlen,
+                                         int head_dim, int causal, int bf16, const void* q,
+                                         const void* k, const void* v, const void* o,
+                                         const void* d_o, const float* lse, void* dq, void* dk,
+                                         void* dv, void* stream, char* error, int error_bytes) {
+  return guarded(id, error, error_bytes, [&] {
+    const Prepared p = prepare<ladder::BackwardLaunch>(id, "backward", batch, heads, seqlen,
+                                                        head_dim, causal, bf16);
+    const ladder::BackwardArgs args{p.shape,
+                                    p.shape.softmax_scale(),
+                                    static_cast<const __half*>(q),
+                                    static_cast<const __half*>(k),
+                                    static_cast<const __half*>(v),
+                                    static_cast<const __half*>(o),
+                                    static_cast<const __half*>(d_o),
+                                    lse,
+                                    static_cast<__half*>(dq),
+                                    static_cast<__half*>(dk),
+                                    static_cast<__half*>(dv),
+                                    p.workspace,
+                                    p.gpu.sm_count,
+                                    p.gpu.l2_bytes};
+    std::get<ladder::BackwardLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
+  });
 }

@@ -19,8 +19,7 @@
 #include "common/registry.hpp"
 
 #ifdef LADDER_HAVE_CUDNN
-#include <cudnn.h>
-#include <cudnn_frontend.h>
+#include "common/peers/cudnn_common.hpp"  // checks, versions, the per-device handles
 #endif
 
 namespace ladder::peers {
@@ -48,15 +47,6 @@ std::string to_string(const CudnnGraphKey& key) {
                      key.device);
 }
 
-std::string cudnn_not_built_message(std::string_view why) {
-  return fmt::format(
-      "cudnn: not built — {}. To enable it: scripts/install-deps.sh (it fetches the cuDNN frontend "
-      "headers into .deps/), then configure and build again; or set CUDNN_ROOT to a cuDNN 9 "
-      "(include/cudnn.h, lib/libcudnn.so.9) and CUDNN_FRONTEND_INCLUDE_DIR to the directory of "
-      "cudnn_frontend.h; -DLADDER_WITH_CUDNN=ON makes a missing cuDNN a configure error",
-      why);
-}
-
 #ifdef LADDER_HAVE_CUDNN
 // ================================================================================================
 // Built with cuDNN
@@ -64,97 +54,6 @@ std::string cudnn_not_built_message(std::string_view why) {
 namespace fe = cudnn_frontend;
 
 namespace {
-
-std::string version_string(std::int64_t v) {  // 91900 -> "9.19.0"
-  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
-}
-
-std::string versions() {
-  return fmt::format("cuDNN {} loaded (compiled against {}.{}.{}, frontend {}.{}.{})",
-                     version_string(std::int64_t(cudnnGetVersion())), CUDNN_MAJOR, CUDNN_MINOR,
-                     CUDNN_PATCHLEVEL, CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION,
-                     CUDNN_FRONTEND_PATCH_VERSION);
-}
-
-constexpr const char* kLogHint =
-    "cuDNN's own log: CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr; the frontend's: "
-    "CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=stderr";
-
-// A failed cuDNN library call: the call, cuDNN's name for the status and its last error message.
-void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  char last[1024] = "";
-  cudnnGetLastErrorString(last, sizeof(last));
-  std::string hint;
-  switch (status) {
-    case CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED:
-    case CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH:
-      hint = fmt::format("cuDNN loads libcudnn_graph/_engines_*.so.9 at run time: put {} on "
-                         "LD_LIBRARY_PATH, and make sure they are one version",
-                         LADDER_CUDNN_LIBRARY_DIR);
-      break;
-    case CUDNN_STATUS_NOT_INITIALIZED:
-    case CUDNN_STATUS_INTERNAL_ERROR:
-      hint = "check that a GPU is visible and its driver works (nvidia-smi)";
-      break;
-    default:
-      hint = kLogHint;
-  }
-  throw std::runtime_error(fmt::format("{}:{}: {} failed: {}{}{}. {}. {}", file, line, call,
-                                       cudnnGetErrorString(status), last[0] ? ": " : "", last,
-                                       versions(), hint));
-}
-#define CUDNN_CHECK(call) check_cudnn((call), #call, __FILE__, __LINE__)
-
-// A failed step of building or running a graph: the step, the problem and the frontend's message.
-// The steps that ask cuDNN whether it supports the problem throw LibraryRefusal; the others (a graph
-// we described wrongly, a failed execution) throw std::runtime_error.
-enum class Stage { Describe, Support, Execute };
-void check_fe(fe::error_t status, const char* step, Stage stage, const CudnnGraphKey& key) {
-  if (status.is_good()) return;
-  const std::string what = fmt::format("cuDNN frontend: {} failed for {}: {} (frontend error code {}). {}",
-                                       step, to_string(key), status.get_message(),
-                                       int(status.get_code()), versions());
-  switch (stage) {
-    case Stage::Support:
-      throw LibraryRefusal(what + ". cuDNN has no engine for this problem on this GPU, or refused "
-                                  "one of its attributes (its message says which); a newer cuDNN "
-                                  "may run it (CUDNN_ROOT)");
-    case Stage::Describe:
-      throw std::runtime_error(what + ". The graph this peer describes is wrong: a bug in "
-                                      "common/peers/cudnn_attention.cpp. " + kLogHint);
-    case Stage::Execute:
-      break;
-  }
-  throw std::runtime_error(what + ". " + kLogHint);
-}
-
-// One cuDNN handle per device, created on the first launch there. cudnnCreate costs milliseconds
-// and loads cuDNN's sub-libraries; it binds the handle to the device current at creation.
-class CudnnHandle {
- public:
-  CudnnHandle() {
-    // A libcudnn of another major version than the headers is an ABI mismatch: refuse it here,
-    // with both numbers, rather than fail later in a way that names neither.
-    const std::int64_t loaded = std::int64_t(cudnnGetVersion());
-    if (loaded / 10000 != CUDNN_MAJOR)
-      throw std::runtime_error(fmt::format(
-          "cuDNN {} was loaded but this program was compiled against cuDNN {}.{}.{}: put the "
-          "matching libcudnn (configured from {}) first on LD_LIBRARY_PATH, or reconfigure with "
-          "CUDNN_ROOT pointing at the cuDNN you run",
-          version_string(loaded), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, LADDER_CUDNN_LIBRARY_DIR));
-    CUDNN_CHECK(cudnnCreate(&handle_));
-  }
-  ~CudnnHandle() {
-    if (handle_) cudnnDestroy(handle_);  // never throw from a destructor
-  }
-  CudnnHandle(const CudnnHandle&) = delete;
-  CudnnHandle& operator=(const CudnnHandle&) = delete;
-  cudnnHandle_t get() const { return handle_; }
-
- private:
-  cudnnHandle_t handle_ = nullptr;
-};
 
 // The tensors' ids in the graph: the variant pack binds device pointers to them at each execution.
 enum TensorUid : std::int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidStats };
@@ -200,30 +99,30 @@ std::unique_ptr<CudnnGraph> build_graph(cudnnHandle_t handle, const CudnnGraphKe
         .set_dim({b, h, n, 1})
         .set_stride({h * n, n, 1, 1});
 
-  check_fe(graph.validate(), "validate", Stage::Describe, key);
-  check_fe(graph.build_operation_graph(handle), "build_operation_graph", Stage::Support, key);
+  // A failed step says which problem, and where the graph is described.
+  auto check = [&](fe::error_t status, const char* step, CudnnStage stage) {
+    check_fe(status, step, stage, to_string(key), "common/peers/cudnn_attention.cpp");
+  };
+  check(graph.validate(), "validate", CudnnStage::Describe);
+  check(graph.build_operation_graph(handle), "build_operation_graph", CudnnStage::Support);
   // Heuristics mode A first (PyTorch's choice), the fallback list if A offers nothing.
-  check_fe(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-           "create_execution_plans", Stage::Support, key);
-  check_fe(graph.check_support(), "check_support", Stage::Support, key);
-  check_fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", Stage::Support,
-           key);
+  check(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+        "create_execution_plans", CudnnStage::Support);
+  check(graph.check_support(), "check_support", CudnnStage::Support);
+  check(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", CudnnStage::Support);
 
   std::int64_t workspace_bytes = 0;
-  check_fe(graph.get_workspace_size(workspace_bytes), "get_workspace_size", Stage::Describe, key);
+  check(graph.get_workspace_size(workspace_bytes), "get_workspace_size", CudnnStage::Describe);
   built->workspace = DeviceBuffer<std::uint8_t>(std::size_t(workspace_bytes));
   return built;
 }
 
-// Handles and graphs of the process. Graphs are declared after handles, so they are destroyed
-// first: a graph's plans were made with its device's handle.
-struct CudnnState {
-  BuildOnceCache<int, CudnnHandle> handles;
-  BuildOnceCache<CudnnGraphKey, CudnnGraph> graphs;
-};
-CudnnState& state() {
-  static CudnnState s;  // created by the first launch, destroyed at exit
-  return s;
+// The graphs of the process. The handles' cache (common/peers/cudnn_common.hpp) is created first,
+// so it is destroyed after this one: a graph's plans were made with its device's handle.
+BuildOnceCache<CudnnGraphKey, CudnnGraph>& graphs() {
+  cudnn_handles();
+  static BuildOnceCache<CudnnGraphKey, CudnnGraph> cache;  // created by the first launch
+  return cache;
 }
 
 // The launch: everything but execute() happens once per problem (see the top of the file). One
@@ -231,13 +130,11 @@ CudnnState& state() {
 void launch_cudnn(const AttentionArgs& args, cudaStream_t stream, bool stats) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CudnnState& s = state();
-  const cudnnHandle_t handle =
-      s.handles.get(device, [] { return std::make_unique<CudnnHandle>(); }).get();
+  const cudnnHandle_t handle = cudnn_handle(device);
   const CudnnGraphKey key = cudnn_graph_key(args.shape, args.softmax_scale, stats, device);
-  CudnnGraph& g = s.graphs.get(key, [&] { return build_graph(handle, key); });
+  CudnnGraph& g = graphs().get(key, [&] { return build_graph(handle, key); });
 
-  CUDNN_CHECK(cudnnSetStream(handle, stream));
+  LADDER_CUDNN_CHECK(cudnnSetStream(handle, stream));
   std::unordered_map<std::int64_t, void*> pack = {
       // cuDNN's variant pack is void* (the graph knows the type); it only reads Q, K, V.
       {kUidQ, const_cast<__half*>(args.q)},
@@ -246,7 +143,8 @@ void launch_cudnn(const AttentionArgs& args, cudaStream_t stream, bool stats) {
       {kUidO, args.o},
   };
   if (stats) pack[kUidStats] = args.lse;
-  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", Stage::Execute, key);
+  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute,
+           to_string(key), "common/peers/cudnn_attention.cpp");
 }
 
 Step peers_step() {
@@ -287,7 +185,7 @@ CudnnBuildInfo cudnn_build_info() {
 }
 
 std::optional<std::string> cudnn_runtime_version() {
-  return version_string(std::int64_t(cudnnGetVersion()));
+  return cudnn_version_string(std::int64_t(cudnnGetVersion()));
 }
 
 #else

@@ -30,6 +30,8 @@
 #include <utility>
 #include <variant>
 
+#include <fmt/format.h>
+
 #include "common/problem.hpp"
 #include "common/registry.hpp"
 
@@ -50,8 +52,15 @@ CudnnBuildInfo cudnn_build_info();
 std::optional<std::string> cudnn_runtime_version();
 
 // The note of the row that stands in for cuDNN when it was not built: "cudnn: not built — <why>;
-// <how to enable it>".
-std::string cudnn_not_built_message(std::string_view why);
+// <how to enable it>". Inline: both cuDNN peers (steps 98 and 99) say it.
+inline std::string cudnn_not_built_message(std::string_view why) {
+  return fmt::format(
+      "cudnn: not built — {}. To enable it: scripts/install-deps.sh (it fetches the cuDNN frontend "
+      "headers into .deps/), then configure and build again; or set CUDNN_ROOT to a cuDNN 9 "
+      "(include/cudnn.h, lib/libcudnn.so.9) and CUDNN_FRONTEND_INCLUDE_DIR to the directory of "
+      "cudnn_frontend.h; -DLADDER_WITH_CUDNN=ON makes a missing cuDNN a configure error",
+      why);
+}
 
 // ---- The graph cache ----------------------------------------------------------------------------
 // A built cuDNN graph is valid for exactly one problem: everything below is baked into it (dims,

@@ -8,9 +8,11 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/peers/cudnn_attention.hpp"
+#include "common/peers/cudnn_attention_backward.hpp"
 #include "common/peers/gemm_ceiling.hpp"
 #include "common/registry.hpp"
 #include "tests/catch.hpp"
@@ -143,6 +145,63 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
   } else {
     REQUIRE(step->variants.size() == 1);
     const auto why = step->variants[0].constraints.refuse(d64, 90);
+    REQUIRE(why);
+    CHECK(why->rfind("cudnn: not built — ", 0) == 0);
+    CHECK(contains(*why, cudnn_build_info().missing));
+  }
+}
+
+TEST_CASE("a cuDNN backward graph key holds everything the graph bakes in", "[peers][backward]") {
+  const AttentionShape base{4, 8, 4096, 64, false};
+  const float scale = base.softmax_scale();
+  const CudnnBackwardKey key = cudnn_backward_key(base, scale, 0);
+  CHECK(key == cudnn_backward_key(base, scale, 0));
+
+  std::vector<CudnnBackwardKey> others;
+  for (auto change : {+[](AttentionShape& s) { s.batch = 2; }, +[](AttentionShape& s) { s.heads = 16; },
+                      +[](AttentionShape& s) { s.seqlen = 4095; }, +[](AttentionShape& s) { s.head_dim = 128; },
+                      +[](AttentionShape& s) { s.causal = true; },
+                      +[](AttentionShape& s) { s.dtype = DType::BF16; }}) {
+    AttentionShape s = base;
+    change(s);
+    others.push_back(cudnn_backward_key(s, scale, 0));
+  }
+  others.push_back(cudnn_backward_key(base, scale, 1));         // another device's handle
+  others.push_back(cudnn_backward_key(base, scale * 0.5f, 0));  // another softmax scale
+  std::set<CudnnBackwardKey> distinct(others.begin(), others.end());
+  distinct.insert(key);
+  CHECK(distinct.size() == others.size() + 1);
+
+  const std::string text = to_string(cudnn_backward_key({4, 8, 4096, 64, true}, scale, 1));
+  CHECK(contains(text, "backward B=4 H=8 N=4096 D=64 causal fp16"));
+  CHECK(contains(text, "device 1"));
+}
+
+TEST_CASE("the backward peer step is registered as step 98 of the backward track", "[peers][registry][backward]") {
+  const Step* step = Registry::instance().find(98);
+  REQUIRE(step);
+  CHECK(step->name == "backward_peers");
+  CHECK(step->track == "backward");
+  CHECK(step->kind == Kind::Backward);
+  CHECK(step->peers_only());
+  REQUIRE(step->variants.size() == 1);
+  const Variant& v = step->variants[0];
+  CHECK(v.name == "cudnn");
+  CHECK(v.peer);
+  CHECK(std::holds_alternative<BackwardLaunch>(v.launch));
+
+  const AttentionShape d64{1, 2, 113, 64, true}, d96{1, 2, 113, 96, false};
+  AttentionShape bf16 = d64;
+  bf16.dtype = DType::BF16;
+  if (cudnn_build_info().built) {
+    CHECK_FALSE(v.deterministic);                                   // cuDNN's default algorithm
+    CHECK_FALSE(v.constraints.refuse(d64, 90));                     // an H200 runs it
+    CHECK_FALSE(v.constraints.refuse(bf16, 90));
+    CHECK_FALSE(v.constraints.refuse(AttentionShape{1, 1, 1, 128, false}, 80));
+    CHECK(v.constraints.refuse(d64, 75));
+    CHECK(v.constraints.refuse(d96, 90));                           // the ladder's head dims only
+  } else {
+    const auto why = v.constraints.refuse(d64, 90);
     REQUIRE(why);
     CHECK(why->rfind("cudnn: not built — ", 0) == 0);
     CHECK(contains(*why, cudnn_build_info().missing));

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """CPU checks of the round's scripts (no GPU, no PyTorch needed):
   - scripts/round.sh: --help works; a bad stage, dtype, step range or a missing OUT exit 2 before
-    anything runs; the fa4 stage without .fa4/ is a no-op that says so
+    anything runs; the fa4 stage without .fa4/ is a no-op that says so; bwdpeers without binaries
+    says so
   - scripts/peers.py: --ladder-lib labels and variant ids parse, and the mistakes are refused (one
     file under two labels, a variant of an unknown library); two copies of libladder_capi.so load in
     one process, each with its own registry (given the library's path as argv[1])
   - scripts/peers.py's main loop on a stand-in PyTorch (tests/cpu/fake_torch, numpy): every row
     checked against the cuDNN reference, FlashAttention-4's [B, N, H, D] layout (a wrong one FAILs
     and exits 1), a refusing backend's row, pairs of two labelled libraries in the JSON
+  - scripts/peers.py --pass bwd on the stand-in: dQ, dK, dV of PyTorch's backends, FlashAttention-4
+    and the ladder's backward (from the O and log-sum-exp the script gives it) checked against
+    cuDNN's, FLOPs 2.5x the forward's; a wrong mask or layout FAILs; the real library's backward
+    entry point answers for its own ids only
   - scripts/make_tables.py: the crosscheck table with FlashAttention-4's column and ratios, a FAIL
-    row shown as FAIL, and the compare table's new/old ratios and its noise mark
+    row shown as FAIL, and the compare table's new/old ratios and its noise mark; the backward's
+    crosscheck table (step 98's cuDNN row, the FA2 column)
 
     python3 tests/cpu/test_scripts.py [build/h200/lib/libladder_capi.so]
 """
@@ -64,6 +70,22 @@ def test_round_sh(tmp):
     summary = (tmp / "fa4" / "summary.txt").read_text() if (tmp / "fa4" / "summary.txt").exists() else ""
     check(r.returncode == 0 and "nothing to do" in summary, "round.sh --stages fa4 without .fa4/: a no-op that says so")
     check((tmp / "fa4" / "logs.tgz").exists(), "round.sh packs its logs")
+    r = round_sh("--help")
+    check("bwdpeers" in r.stdout and "--pass bwd" in r.stdout, "round.sh --help names the bwdpeers stage")
+    # bwdpeers on carried stand-in binaries (a `ladder` that only lists, an empty library): peers.py
+    # --pass bwd runs once per dtype, and without PyTorch exits 3, which the stage reports.
+    fake = tmp / "fake-bin"
+    fake.mkdir()
+    (fake / "ladder").write_text("#!/bin/sh\necho '     98/cudnn   cuDNN backward (peer)  [sm_80+, fp16 and bf16]'\n"
+                                 "echo '     24/fa2     FA2 backward (main)  [sm_80+, fp16]'\n"
+                                 "echo '     24/other   FA2 backward, other  [sm_80+, fp16]'\n")
+    (fake / "ladder").chmod(0o755)
+    (fake / "libladder_capi.so").write_bytes(b"not loaded: peers.py stops before")
+    r = round_sh("--stages", "bwdpeers", "--bin", str(fake), str(tmp / "bwd"), env={"PYTHONPATH": ""})
+    summary = (tmp / "bwd" / "summary.txt").read_text() if (tmp / "bwd" / "summary.txt").exists() else ""
+    print(summary)
+    check(r.returncode == 1 and "  bwdpeers: rc=3" in summary and "  bwdpeers-bf16: rc=3" in summary
+          and "bwdpeers: rc=1" in summary, "round.sh --stages bwdpeers: peers.py --pass bwd per dtype, its exit reported")
 
 
 def test_peers_args(tmp, capi):
@@ -114,6 +136,17 @@ def test_peers_args(tmp, capi):
         err = ctypes.create_string_buffer(512)
         rc = libs.call(label, "99/cudnn", 0, 1, 128, 64, 0, 0, None, None, None, None, None, None, err, 512)
         check(rc == 1 and b"must be positive" in err.value, f"{label}: 99/cudnn found in its own registry")
+        # The backward's entry point: its own variants only, the same shape check before any CUDA call.
+        nulls = [None] * 10
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call_backward(label, "98/cudnn", 0, 1, 128, 64, 0, 0, *nulls, err, 512)
+        check(rc == 1 and b"must be positive" in err.value, f"{label}: backward 98/cudnn found in its own registry")
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call_backward(label, "99/cudnn", 1, 1, 128, 64, 0, 0, *nulls, err, 512)
+        check(rc == 1 and b"no backward variant 99/cudnn" in err.value, f"{label}: a forward id is no backward variant")
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call(label, "98/cudnn", 1, 1, 128, 64, 0, 0, None, None, None, None, None, None, err, 512)
+        check(rc == 1 and b"no attention variant 98/cudnn" in err.value, f"{label}: a backward id is no forward variant")
 
 FAKE_MAIN = """
 import sys
@@ -137,7 +170,27 @@ def fake_call(libs, label, vid, q, k, v, causal, bf16):
     return call, o
 
 
-peers.LadderLibs, peers.ladder_call = FakeLibs, fake_call
+# A ladder backward from O and the log-sum-exp it is given, as a kernel does (P = exp(S - lse));
+# 24/no_mask forgets the causal mask.
+def fake_backward_call(libs, label, vid, q, k, v, o, d_o, lse, causal, bf16):
+    import numpy as np
+    grads = tuple(torch.empty_like(x) for x in (q, k, v))
+
+    def call():
+        scale = 1 / np.sqrt(q.shape[-1])
+        s = q.a @ np.swapaxes(k.a, -1, -2) * scale
+        if causal and vid != "24/no_mask":
+            n = s.shape[-1]
+            s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+        p = np.exp(s - lse.a[..., None])
+        dp = d_o.a @ np.swapaxes(v.a, -1, -2)
+        ds = p * (dp - (d_o.a * o.a).sum(-1, keepdims=True))
+        for g, x in zip(grads, (ds @ k.a * scale, np.swapaxes(ds, -1, -2) @ q.a * scale, np.swapaxes(p, -1, -2) @ d_o.a)):
+            g.a[...] = x
+    return call, grads
+
+
+peers.LadderLibs, peers.ladder_call, peers.ladder_backward_call = FakeLibs, fake_call, fake_backward_call
 sys.exit(peers.main(sys.argv[1:]))
 """
 
@@ -197,6 +250,72 @@ def test_peers_main(tmp):
     check(r.returncode == 2 and "unknown 'fa5'" in r.stderr, "an unknown backend: exit 2")
 
 
+LSE_CHECK = """
+import numpy as np
+import peers
+import torch
+q, k = torch.randn(2, 3, 40, 16), torch.randn(2, 3, 40, 16)
+for causal in (False, True):
+    s = q.a @ np.swapaxes(k.a, -1, -2) / 4.0
+    if causal:
+        s = np.where(np.tril(np.ones((40, 40), dtype=bool)), s, -np.inf)
+    want = np.log(np.exp(s).sum(-1))
+    got = peers.reference_lse(q, k, causal, rows=7).a
+    print("ok" if got.shape == (2, 3, 40) and np.allclose(got, want, atol=1e-5) else f"wrong {causal}")
+"""
+
+
+def test_peers_backward(tmp):
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print("skip peers.py --pass bwd on the stand-in torch: numpy is not installed")
+        return
+    check(peers.grids(False, "bwd") == [(4, 8, 8192, 64, False), (4, 8, 8192, 64, True),
+                                         (2, 16, 8192, 128, False), (2, 16, 8192, 128, True)],
+          "the backward's grid: Part V's four shapes, both masks")
+    # The log-sum-exp the ladder's backward gets, in blocks of rows that do not divide N.
+    r = subprocess.run([sys.executable, "-c", LSE_CHECK], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}"})
+    check(r.returncode == 0 and r.stdout.split() == ["ok", "ok"],
+          "reference_lse: the log-sum-exp of the scaled logits, causal and not, in blocks of 7 rows"
+          + (" " + r.stderr[-300:] if r.returncode else ""))
+    a = tmp / "lib.so"
+    a.write_bytes(b"lib")
+    r, data, rows = run_fake_peers(tmp, "fake-bwd", "good", "--pass", "bwd", "--ladder-lib", str(a),
+                                   "--ladder-variants", "98/cudnn")
+    print(r.stdout[-1500:], r.stderr[-1500:])
+    check(r.returncode == 0 and data.get("complete") is True and data.get("pass") == "bwd"
+          and data["provenance"].get("pass") == "bwd", "peers.py --pass bwd (stand-in torch): exit 0, the file says bwd")
+    check(sorted({n for n, c in rows if c is not None}) == ["fa4", "ladder:98/cudnn", "sdpa-cudnn", "sdpa-flash"],
+          "the backward's rows: FA2 and cuDNN backends, FA4, the ladder's variant (no efficient backend)")
+    for c in (False, True):
+        for name in ("sdpa-flash", "fa4", "ladder:98/cudnn"):
+            row = rows.get((name, c), {})
+            g = row.get("gradients", {})
+            check(row.get("output_check") == "pass" and sorted(g) == ["dk", "dq", "dv"]
+                  and all(x["rel_diff"] < 1e-4 for x in g.values()) and row.get("pass") == "bwd",
+                  f"backward {name} causal={c}: dQ, dK, dV each checked against cuDNN's, and pass")
+        flops = 2.5 * 4 * 1 * 2 * 40 * 40 * 16 / (2 if c else 1)
+        check(all(rows[(n, c)].get("flops") == flops for n in ("sdpa-cudnn", "ladder:98/cudnn")),
+              f"backward causal={c}: FLOPs 2.5x the forward's")
+    check("reference" not in rows.get(("sdpa-cudnn", False), {"reference": 1}), "the backward's reference is not checked against itself")
+
+    r, data, rows = run_fake_peers(tmp, "fake-bwd-wrong", "wrong", "--pass", "bwd", "--ladder-lib", str(a),
+                                   "--ladder-variants", "24/no_mask")
+    check(r.returncode == 1 and "FAIL: ladder:24/no_mask" in r.stderr and "FAIL: fa4" in r.stderr
+          and " the worst): max|Δ|" in r.stderr,
+          "backward: a variant without the causal mask and FA4 in the wrong layout FAIL, exit 1")
+    check(rows.get(("ladder:24/no_mask", False), {}).get("output_check") == "pass"
+          and rows.get(("ladder:24/no_mask", True), {}).get("output_check") == "FAIL",
+          "backward: the variant without the mask passes without one and fails causal")
+    check(data.get("complete") is True, "... and the file is still written")
+    make_tables.DOCS = tmp
+    t = make_tables.render("crosscheck fake-bwd.json ids=98/cudnn")
+    check(t.startswith("Backward (dQ, dK, dV") and "| 1 | 2 | 40 | 16 | causal |" in t,
+          "the crosscheck table reads peers.py's backward file")
+
+
 def peer_row(name, key, tflops=None, check_=None, rounds=None, error=None):
     b, h, n, d, c = key
     r = {"kind": "attention", "name": name, "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": c,
@@ -241,6 +360,19 @@ def test_tables(tmp):
     check("| 500.0 | 1.25× | 440.0 | 1.10× | 0.88× |" in t, "crosscheck: FA4 / cuDNN, variant / cuDNN, variant / FA4")
     check("| FAIL | — | — |" in t and "FAIL:" in t, "crosscheck: a row whose output check failed reads FAIL")
     check("FlashAttention-4 4.0.0b36" in t, "crosscheck: FA4's version in the footer")
+    bwd = {"pass": "bwd", "provenance": prov, "rows": [
+        peer_row("sdpa-cudnn", k1, 400.0), peer_row("sdpa-flash", k1, 250.0, "pass"),
+        peer_row("ladder:98/cudnn", k1, 410.0, "pass"), peer_row("ladder:99/cudnn", k1, 999.0, "pass"),
+        peer_row("fa4", k1, 500.0, "pass"), peer_row("ladder:24/fa2", k1, 300.0, "pass"),
+        peer_row("sdpa-cudnn", k2, 300.0), peer_row("ladder:24/fa2", k2, 200.0, "FAIL")]}
+    (tmp / "bwd.json").write_text(json.dumps(bwd))
+    t = make_tables.render("crosscheck bwd.json ids=24/fa2")
+    print(t)
+    check("| PyTorch cuDNN | PyTorch FA2 | ladder's cuDNN | FA4 |" in t
+          and "| 4 | 8 | 4096 | 64 | none | 400.0 | 250.0 | 410.0 | 500.0 | 1.25× | 300.0 | 0.75× | 0.60× |" in t,
+          "backward crosscheck: the FA2 column, step 98's cuDNN row (not 99's), the ratios")
+    check("| causal | 300.0 | — | — |" in t and "(dQ, dK or dV)" in t and "--pass bwd" in t,
+          "backward crosscheck: a FAIL row, the footer's command")
     t = make_tables.render("compare compare.json")
     print(t)
     check("| 20/persistent_snake → 21/snake | 1.10× (400→440) | 1.01×≈ (300→303) |" in t,
@@ -263,6 +395,7 @@ def main():
         test_round_sh(tmp)
         test_peers_args(tmp, capi)
         test_peers_main(tmp)
+        test_peers_backward(tmp)
         test_tables(tmp)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

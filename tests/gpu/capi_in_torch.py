@@ -8,6 +8,12 @@ its error may be at most twice that of PyTorch's own fp16/bf16 SDPA, plus one un
 place, and no NaN (O is poisoned with NaN before each call). Also B=1 H=70000 N=64 D=64 for the
 variants that run it (a refusal, cuDNN's included, is printed as a skip with its reason).
 
+The backward variants (--backward-variants, default 98/cudnn) through ladder_attention_backward
+likewise: from Q, K, V, dO, PyTorch's O and the log-sum-exp peers.py computes, dQ, dK and dV
+(poisoned with NaN) are checked against autograd's fp32 SDPA backward, each at most twice the error
+of PyTorch's own fp16/bf16 backward plus one unit in the last place of the largest gradient, on
+ragged shapes (N = 1, 77, 1000), eagerly and replayed from a CUDA graph.
+
     python3 tests/gpu/capi_in_torch.py --lib build/gpu/lib/libladder_capi.so
 
 Exit 0: passed; 1: failed; 77: skipped (torch not importable, or no GPU). The checks run in a
@@ -37,7 +43,65 @@ def load_peers():
     return module
 
 
-def child(lib, variants):
+def check_backward(torch, peers, f, variants, failures):
+    """The backward variants on ragged shapes; returns how many checks ran (failures appended)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    shapes = [(2, 3, 1000, 64, False), (2, 3, 1000, 64, True), (1, 2, 77, 128, True), (1, 1, 1, 64, False),
+              (1, 1, 1, 128, True)]
+    ran = 0
+    for dtype in (torch.float16, torch.bfloat16):
+        ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+        for (b, h, n, d, causal) in shapes:
+            q, k, v, d_o = (torch.randn(b, h, n, d, dtype=dtype, device="cuda") for _ in range(4))
+
+            def grads(inputs, grad):
+                leaves = [x.detach().clone().requires_grad_() for x in inputs]
+                return torch.autograd.grad(sdpa(*leaves, is_causal=causal), leaves, grad)
+            ref = grads([x.float() for x in (q, k, v)], d_o.float())
+            low = grads([q, k, v], d_o)
+            torch_err = [float((lo.float() - r).abs().max()) for lo, r in zip(low, ref)]
+            floor = ulp * max(float(r.abs().max()) for r in ref)
+            o = sdpa(q, k, v, is_causal=causal)
+            lse = peers.reference_lse(q, k, causal)
+            for variant in variants:
+                what = "%s backward B=%d H=%d N=%d D=%d %s %s" % (variant, b, h, n, d,
+                                                                  "causal" if causal else "non-causal",
+                                                                  str(dtype).split(".")[-1])
+                call, out = peers.ladder_backward_call(f, "", variant, q, k, v, o, d_o, lse, causal,
+                                                       dtype == torch.bfloat16)
+                for g in out:
+                    g.fill_(float("nan"))
+                try:
+                    call()
+                    torch.cuda.synchronize()
+                except RuntimeError as e:
+                    message = str(e)
+                    refusal = "does not run" in message or "cuDNN has no engine" in message
+                    print(("SKIP  " if refusal else "FAIL  ") + what + ": " + message[:400], flush=True)
+                    if not refusal:
+                        failures.append(what)
+                    continue
+                for how in ("eager", "graph"):
+                    if how == "graph":
+                        for g in out:
+                            g.fill_(float("nan"))
+                        replay, how = peers.as_graph(call)
+                        replay()
+                        torch.cuda.synchronize()
+                    for name, g, r, te in zip(("dQ", "dK", "dV"), out, ref, torch_err):
+                        finite = bool(torch.isfinite(g).all())
+                        err = float((g.float() - r).abs().max()) if finite else float("nan")
+                        tol = 2 * te + floor
+                        ok = finite and err <= tol
+                        ran += 1
+                        print("%s  %s (%s): max|%s - fp32| = %.3g, tolerance %.3g (2 x PyTorch's %.3g + 1 ulp)"
+                              % ("ok  " if ok else "FAIL", what, how, name, err, tol, te), flush=True)
+                        if not ok:
+                            failures.append("%s %s %s" % (what, name, how))
+    return ran
+
+
+def child(lib, variants, backward_variants):
     import torch  # first, as in peers.py
     peers = load_peers()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -106,6 +170,8 @@ def child(lib, variants):
                     if not ok:
                         failures.append(what + " " + how)
             del q, k, v, ref
+    if backward_variants:
+        ran += check_backward(torch, peers, f, backward_variants, failures)
     if failures:
         print("FAILED: %d of the checks: %s" % (len(failures), "; ".join(failures)))
         return 1
@@ -142,11 +208,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="libladder_capi.so")
     ap.add_argument("--variants", default="99/cudnn,99/cudnn_lse," + STEP_VARIANT)
+    ap.add_argument("--backward-variants", default="98/cudnn", help="backward variants (empty: none)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     variants = [x for x in args.variants.split(",") if x]
+    backward_variants = [x for x in args.backward_variants.split(",") if x]
     if args.child:
-        return child(args.lib, variants)
+        return child(args.lib, variants, backward_variants)
 
     try:
         import torch
@@ -160,7 +228,8 @@ def main():
         print("FAILED: %s does not exist (build the ladder_capi target)" % args.lib)
         return 1
     cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child",
-           "--lib", os.path.abspath(args.lib), "--variants", ",".join(variants)]
+           "--lib", os.path.abspath(args.lib), "--variants", ",".join(variants),
+           "--backward-variants", ",".join(backward_variants)]
     rc = subprocess.run(cmd).returncode
     if rc < 0:
         print("\nFAILED: the process that loaded %s died on %s" % (args.lib, signal.Signals(-rc).name))

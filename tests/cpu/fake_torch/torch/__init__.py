@@ -1,7 +1,10 @@
 """A stand-in for the few parts of PyTorch that scripts/peers.py uses, on numpy, so that its main
 loop (rows, output checks, FA4's layout, the JSON) runs in a CPU test. Timings are meaningless;
 graphs capture nothing (a replay does no work). tests/cpu/test_scripts.py puts this folder first on
-sys.path; never on a GPU machine's path."""
+sys.path; never on a GPU machine's path.
+
+For the backward (scripts/peers.py --pass bwd): a tensor made by the stand-in attention from inputs
+that require gradients carries its exact backward (numpy), which torch.autograd.grad calls."""
 import contextlib
 
 import numpy as np
@@ -23,8 +26,11 @@ _rng = np.random.default_rng(0)
 
 class Tensor:
     def __init__(self, a, dtype=float32):
-        self.a = np.asarray(a, dtype=np.float32)
+        a = np.asarray(a)
+        self.a = a if a.dtype == bool else a.astype(np.float32, copy=False)
         self.dtype = dtype
+        self.requires_grad = False
+        self._backward = None  # (inputs, fn(grad array) -> gradient arrays of those inputs)
 
     shape = property(lambda self: tuple(self.a.shape))
     device = "cuda"
@@ -61,6 +67,31 @@ class Tensor:
     def data_ptr(self):
         return self.a.ctypes.data
 
+    def detach(self):
+        return Tensor(self.a, self.dtype)
+
+    def clone(self):
+        return Tensor(self.a.copy(), self.dtype)
+
+    def requires_grad_(self, flag=True):
+        self.requires_grad = flag
+        return self
+
+    def __getitem__(self, index):
+        return Tensor(self.a[index], self.dtype)
+
+    def __setitem__(self, index, value):
+        self.a[index] = value.a if isinstance(value, Tensor) else value
+
+    def __mul__(self, x):
+        return Tensor(self.a * (x.a if isinstance(x, Tensor) else x), self.dtype)
+
+    def __gt__(self, other):
+        return Tensor(self.a > (other.a if isinstance(other, Tensor) else other))
+
+    def masked_fill(self, mask, value):
+        return Tensor(np.where(mask.a, np.float32(value), self.a), self.dtype)
+
 
 def manual_seed(seed):
     global _rng
@@ -80,8 +111,30 @@ def empty_like(t):
     return Tensor(np.full(t.shape, np.nan), t.dtype)
 
 
-def matmul(a, b, out=None):  # the GEMM ceiling's 8192^3: not computed here
-    return out
+def matmul(a, b, out=None):  # the GEMM ceiling's 8192^3 (into `out`): not computed here
+    return out if out is not None else Tensor(a.a @ b.a, a.dtype)
+
+
+def arange(start, end=None, device=None):
+    return Tensor(np.arange(start, end) if end is not None else np.arange(start))
+
+
+def logsumexp(t, dim):
+    m = t.a.max(axis=dim, keepdims=True)
+    return Tensor(np.squeeze(m, dim) + np.log(np.exp(t.a - m).sum(axis=dim)), t.dtype)
+
+
+class _Autograd:
+    @staticmethod
+    def grad(out, inputs, grad_output, retain_graph=False):
+        """The gradients of `out` for `inputs` (which must be the inputs the stand-in recorded)."""
+        recorded, backward = out._backward
+        grads = backward(grad_output.a)
+        by_id = {id(x): g for x, g in zip(recorded, grads)}
+        return tuple(Tensor(by_id[id(x)], x.dtype) for x in inputs)
+
+
+autograd = _Autograd()
 
 
 class _Version:
@@ -160,7 +213,7 @@ class _Cuda:
 
     @staticmethod
     @contextlib.contextmanager
-    def graph(g):
+    def graph(g, stream=None):
         yield
 
 
