@@ -192,6 +192,9 @@ struct GradientRow {
     return m;
   }
   static constexpr double kEpsilon32 = 0x1p-24;  // fp32's unit roundoff
+  // dP_ij and D_i are D-long fp32 dot products: summed in some order, each is off by about
+  // ε₃₂·sqrt(D)·Σ|terms| (the usual estimate for random rounding errors; the worst case is D·ε₃₂).
+  double rounding() const { return kEpsilon32 * std::sqrt(double(s.head_dim)) * double(scale()); }
 
   void query(int i, double* dq, double* floor) const {
     std::vector<T> acc(s.head_dim, T(0));
@@ -225,7 +228,7 @@ struct GradientRow {
       dk[t] = double(round(acc_k[t] * scale()));
       dv[t] = double(round(acc_v[t]));
     }
-    if (floor) *floor = kEpsilon32 * double(scale()) * residue;
+    if (floor) *floor = rounding() * residue;
   }
 };
 

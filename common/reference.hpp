@@ -72,8 +72,11 @@ struct BackwardRows {
   // dP_ij ≈ D_i (a row that sees one key has dS = 0 exactly, so its exact dQ is 0) the low-
   // precision reference, summing dP and D in the same order, can cancel exactly and claim no
   // error at all, while a kernel summing in another order is left with ε₃₂-sized residues. The
-  // floor is ε₃₂ · scale · Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|) · max_d |K_jd| for dQ row i (for dK
-  // row j the same sum over i, with Q_i): the size of those residues carried into the gradient.
+  // floor is ε₃₂ · sqrt(D) · scale · Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|) · max_d |K_jd| for dQ
+  // row i (for dK row j the same sum over i, with Q_i): the size of those residues (a D-long fp32
+  // dot product is off by about ε₃₂·sqrt(D)·Σ|terms|) carried into the gradient. Round 1 of Part V
+  // on the H200 needed it: with large logits (P nearly one-hot, so dP ≈ D) four implementations
+  // (steps 23, 24, 25 and cuDNN) erred by up to 1.4× (cuDNN's dK 5×) a floor without sqrt(D).
   std::vector<double> dq_floor;  // q_rows.size()
   std::vector<double> dk_floor;  // k_rows.size()
 };
