@@ -45,7 +45,7 @@ ErrorStats compare_rows_with_reference(std::span<const double> kernel, std::span
 
 // The check of one gradient of a backward problem (dQ, dK or dV): as check_attention_output, with
 // each row's tolerance raised by its cancellation floor (BackwardRows::dq_floor and dk_floor: the
-// fp32 rounding a correct kernel leaves where dS = P∘(dP − D) cancels; empty for dV).
+// rounding noise a correct kernel carries that the low-precision reference samples once; BackwardRows).
 ErrorStats check_gradient_output(std::span<const float> output, int head_dim,
                                  std::span<const std::int64_t> rows, std::span<const double> ref64,
                                  std::span<const double> reflow, std::span<const double> floors,

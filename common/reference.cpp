@@ -183,36 +183,59 @@ struct GradientRow {
     const std::int64_t row = bh * s.seqlen + i;
     double magnitude = std::fabs(stats.delta[row]);
     for (int t = 0; t < s.head_dim; ++t) magnitude += std::fabs(double(at(in.d_o, i)[t]) * at(in.v, j)[t]);
-    const double score = double(dot(at(in.q, i), at(in.k, j))) * scale();
-    return std::exp(score - stats.lse[row]) * magnitude;
+    return exact_p(i, j) * magnitude;
+  }
+  double exact_p(int i, int j) const {
+    double score = 0;
+    for (int t = 0; t < s.head_dim; ++t) score += double(at(in.q, i)[t]) * at(in.k, j)[t];
+    return std::exp(score / std::sqrt(double(s.head_dim)) - stats.lse[bh * s.seqlen + i]);
   }
   double max_abs(const float* x) const {
     double m = 0;
     for (int t = 0; t < s.head_dim; ++t) m = std::max(m, std::fabs(double(x[t])));
     return m;
   }
+  // The two rounding noises a correct kernel carries and the low-precision reference samples only
+  // once (its own realization), so that 2× its error is no bound where the realization is small:
+  // - fp32: dP_ij and D_i are D-long dot products, off by about ε₃₂·sqrt(D)·Σ|terms| each, and
+  //   where dP ≈ D (a row with one key, a near one-hot P) that residue is all dS has;
+  // - the element type: P and dS are rounded before their products (unit roundoff u), and a
+  //   gradient row is a cancelling sum (Σ_j dS_ij = 0): the roundings add up to about
+  //   u·sqrt(Σ_j term_j²), term_j = |dS_ij|·max|K_j| (or |P_ij|·max|dO_i| for dV), whatever the
+  //   size of the result. A kernel whose fp32 dS differs from the reference's in the last bit
+  //   rounds some of them the other way: a fresh sample of that noise.
   static constexpr double kEpsilon32 = 0x1p-24;  // fp32's unit roundoff
-  // dP_ij and D_i are D-long fp32 dot products: summed in some order, each is off by about
-  // ε₃₂·sqrt(D)·Σ|terms| (the usual estimate for random rounding errors; the worst case is D·ε₃₂).
-  double rounding() const { return kEpsilon32 * std::sqrt(double(s.head_dim)) * double(scale()); }
+  double unit_roundoff() const { return std::ldexp(1.0, -fraction_bits(s.dtype) - 1); }
+  struct Noise {
+    double residue = 0;   // Σ_j P_ij (Σ|dO V| + |D|) · max|X_j|
+    double squares = 0;   // Σ_j term_j²
+    double floor(const GradientRow& g, bool has_ds) const {
+      const double fp32 = has_ds ? kEpsilon32 * std::sqrt(double(g.s.head_dim)) * residue : 0.0;
+      return double(has_ds ? g.scale() : T(1)) * fp32 + g.unit_roundoff() * std::sqrt(squares);
+    }
+  };
 
   void query(int i, double* dq, double* floor) const {
     std::vector<T> acc(s.head_dim, T(0));
-    double residue = 0;
+    Noise noise;
     const int last = s.causal ? i : s.seqlen - 1;
     for (int j = 0; j <= last; ++j) {
       T p, ds;
       probabilities(i, j, &p, &ds);
       const float* kj = at(in.k, j);
       for (int t = 0; t < s.head_dim; ++t) acc[t] += ds * T(kj[t]);
-      if (floor) residue += cancelling(i, j) * max_abs(kj);
+      if (floor) {
+        noise.residue += cancelling(i, j) * max_abs(kj);
+        const double term = double(scale()) * std::fabs(double(ds)) * max_abs(kj);
+        noise.squares += term * term;
+      }
     }
     for (int t = 0; t < s.head_dim; ++t) dq[t] = double(round(acc[t] * scale()));
-    if (floor) *floor = kEpsilon32 * double(scale()) * residue;
+    if (floor) *floor = noise.floor(*this, true);
   }
-  void key(int j, double* dk, double* dv, double* floor) const {
+  void key(int j, double* dk, double* dv, double* floor_k, double* floor_v) const {
     std::vector<T> acc_k(s.head_dim, T(0)), acc_v(s.head_dim, T(0));
-    double residue = 0;
+    Noise noise_k, noise_v;
     for (int i = s.causal ? j : 0; i < s.seqlen; ++i) {
       T p, ds;
       probabilities(i, j, &p, &ds);
@@ -222,13 +245,20 @@ struct GradientRow {
         acc_v[t] += p * T(doi[t]);
         acc_k[t] += ds * T(qi[t]);
       }
-      if (floor) residue += cancelling(i, j) * max_abs(qi);
+      if (floor_k) {
+        noise_k.residue += cancelling(i, j) * max_abs(qi);
+        const double term_k = double(scale()) * std::fabs(double(ds)) * max_abs(qi);
+        const double term_v = std::fabs(double(p)) * max_abs(doi);
+        noise_k.squares += term_k * term_k;
+        noise_v.squares += term_v * term_v;
+      }
     }
     for (int t = 0; t < s.head_dim; ++t) {
       dk[t] = double(round(acc_k[t] * scale()));
       dv[t] = double(round(acc_v[t]));
     }
-    if (floor) *floor = rounding() * residue;
+    if (floor_k) *floor_k = noise_k.floor(*this, true);
+    if (floor_v) *floor_v = noise_v.floor(*this, false);
   }
 };
 
@@ -247,7 +277,8 @@ void backward_rows(const AttentionShape& s, const BackwardInputs& in, const Back
       const std::int64_t row = out.k_rows[kr];
       GradientRow<T>{s, in, stats, row / s.seqlen}.key(int(row % s.seqlen), out.dk.data() + kr * d,
                                                         out.dv.data() + kr * d,
-                                                        floors ? &out.dk_floor[kr] : nullptr);
+                                                        floors ? &out.dk_floor[kr] : nullptr,
+                                                        floors ? &out.dv_floor[kr] : nullptr);
     }
   });
 }
@@ -265,6 +296,7 @@ BackwardRows backward_reference(const AttentionShape& s, const BackwardInputs& i
   if (precision == Precision::Fp64) {
     out.dq_floor.resize(q_rows.size());
     out.dk_floor.resize(k_rows.size());
+    out.dv_floor.resize(k_rows.size());
   }
   if (precision == Precision::Fp64)
     backward_rows<double>(s, in, stats, out);

@@ -68,17 +68,18 @@ struct BackwardRows {
   std::vector<double> dq;  // q_rows.size() × D
   std::vector<double> dk;  // k_rows.size() × D
   std::vector<double> dv;  // k_rows.size() × D
-  // Per row, the rounding a correct fp32 kernel may leave where dS cancels (Fp64 only): where
-  // dP_ij ≈ D_i (a row that sees one key has dS = 0 exactly, so its exact dQ is 0) the low-
-  // precision reference, summing dP and D in the same order, can cancel exactly and claim no
-  // error at all, while a kernel summing in another order is left with ε₃₂-sized residues. The
-  // floor is ε₃₂ · sqrt(D) · scale · Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|) · max_d |K_jd| for dQ
-  // row i (for dK row j the same sum over i, with Q_i): the size of those residues (a D-long fp32
-  // dot product is off by about ε₃₂·sqrt(D)·Σ|terms|) carried into the gradient. Round 1 of Part V
-  // on the H200 needed it: with large logits (P nearly one-hot, so dP ≈ D) four implementations
-  // (steps 23, 24, 25 and cuDNN) erred by up to 1.4× (cuDNN's dK 5×) a floor without sqrt(D).
+  // Per row (Fp64 only), the rounding noise a correct kernel carries that the low-precision
+  // reference samples only once, so that twice its error is no bound where its sample happens to
+  // be small (reference.cpp, GradientRow::Noise, says how each is estimated):
+  //   fp32:         ε₃₂·sqrt(D)·scale·Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|)·max|K_j|  (dQ; dK with Q)
+  //                 the residue of dP − D where they cancel (one key: dS = 0 exactly);
+  //   element type: u·sqrt(Σ_j (scale·|dS_ij|·max|K_j|)²)  (dQ; dK with Q; dV: |P_ij|·max|dO_i|)
+  //                 the roundings of P and dS, in a cancelling sum (Σ_j dS_ij = 0).
+  // Round 1 of Part V on the H200 needed both: with large logits and at N = 8192, D = 128, steps
+  // 24 and 25 and cuDNN erred by the same 1.1–1.4× (cuDNN's dK up to 5×) a tolerance without them.
   std::vector<double> dq_floor;  // q_rows.size()
   std::vector<double> dk_floor;  // k_rows.size()
+  std::vector<double> dv_floor;  // k_rows.size()
 };
 struct BackwardInputs {
   std::span<const float> q, k, v, d_o;  // widened element values, [B, H, N, D]

@@ -866,7 +866,7 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
           {"dK", check_gradient_output(all.subspan(elements, elements), d, ref64.k_rows, ref64.dk,
                                        reflow.dk, ref64.dk_floor, dtype)},
           {"dV", check_gradient_output(all.subspan(2 * elements, elements), d, ref64.k_rows, ref64.dv,
-                                       reflow.dv, {}, dtype)}};
+                                       reflow.dv, ref64.dv_floor, dtype)}};
       r.error = worst_gradient(r.gradient_errors);
     };
     hooks.save = [&](const Output& o) {

@@ -226,7 +226,7 @@ bool passes(const Inputs& in, const Gradients& g, double* worst_ratio) {
   const ErrorStats checks[] = {
       check_gradient_output(g.dq, s.head_dim, rows, exact.dq, low.dq, exact.dq_floor, s.dtype),
       check_gradient_output(g.dk, s.head_dim, rows, exact.dk, low.dk, exact.dk_floor, s.dtype),
-      check_gradient_output(g.dv, s.head_dim, rows, exact.dv, low.dv, {}, s.dtype)};
+      check_gradient_output(g.dv, s.head_dim, rows, exact.dv, low.dv, exact.dv_floor, s.dtype)};
   bool pass = true;
   *worst_ratio = 0;
   for (const ErrorStats& e : checks) {
