@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,13 +153,13 @@ std::string run_case(const ladder::Variant& variant, const Case& cs, unsigned se
     b.upload(x);
     return b;
   };
-  auto dq_ = upload(q), dk_in = upload(k), dv_in = upload(v), do_ = upload(o), ddo = upload(d_o);
-  DeviceBuffer<float> dlse(lse.size());
-  dlse.upload(lse);
+  auto gpu_q = upload(q), gpu_k = upload(k), gpu_v = upload(v), gpu_o = upload(o), gpu_do = upload(d_o);
+  DeviceBuffer<float> gpu_lse(lse.size());
+  gpu_lse.upload(lse);
   DeviceBuffer<Half> dk(elems), dv(elems);
   DeviceBuffer<unsigned char> workspace(variant.workspace_bytes(ladder::Problem(sh)));
-  ladder::BackwardArgs args{.shape = sh, .softmax_scale = sh.softmax_scale(), .q = dq_.get(), .k = dk_in.get(),
-                            .v = dv_in.get(), .o = do_.get(), .d_o = ddo.get(), .lse = dlse.get(), .dq = nullptr,
+  ladder::BackwardArgs args{.shape = sh, .softmax_scale = sh.softmax_scale(), .q = gpu_q.get(), .k = gpu_k.get(),
+                            .v = gpu_v.get(), .o = gpu_o.get(), .d_o = gpu_do.get(), .lse = gpu_lse.get(), .dq = nullptr,
                             .dk = dk.get(), .dv = dv.get(), .workspace = workspace.get()};
   const auto& launch = std::get<ladder::BackwardLaunch>(variant.launch);
   std::vector<Half> dk_got, dv_got;

@@ -1,4 +1,5 @@
-// Step 23 — the naive backward: S, P, dP and dS go through global memory.
+// Step 23 — the naive backward: P (S recomputed, exponentiated before it is stored), dP and dS
+// go through global memory.
 //
 // Given the forward's O and log-sum-exp and the upstream gradient dO = ∂L/∂O, per (batch, head):
 //
@@ -124,6 +125,10 @@ __global__ void ds_kernel(const float* __restrict__ p, float* __restrict__ dp_to
 // Masked entries of P and dS are exact zeros, so the sums run over all N and need no mask.
 constexpr int kOutCols = 64;
 constexpr int kOutRows = 4;
+// grid.y of these kernels is N / kOutRows, at most 65535. The workspace at that N (2 · 4·N² bytes
+// per head, over 500 GB) never fits a GPU, so the harness's memory check refuses first; the limit
+// is declared all the same.
+constexpr std::int64_t kMaxSeqlen = std::int64_t(kOutRows) * ladder::kMaxGridYZ;
 
 template <class Element, bool kTransposed>
 __global__ void gradient_kernel(const float* __restrict__ m, const Element* __restrict__ x,
@@ -251,6 +256,7 @@ LADDER_REGISTER_STEP(
                                       launch_naive)
                  .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
                  .with_workspace(workspace_bytes)
+                 .up_to_seqlen(kMaxSeqlen)
                  .batch_heads_on_grid_yz()  // pair_grid and out_grid: B·H on z
                  .with_kernels(kernels())));
 
