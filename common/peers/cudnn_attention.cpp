@@ -101,7 +101,7 @@ std::unique_ptr<CudnnGraph> build_graph(cudnnHandle_t handle, const CudnnGraphKe
 
   // A failed step says which problem, and where the graph is described.
   auto check = [&](fe::error_t status, const char* step, CudnnStage stage) {
-    check_fe(status, step, stage, to_string(key), "common/peers/cudnn_attention.cpp");
+    check_fe(status, step, stage, key, "common/peers/cudnn_attention.cpp");
   };
   check(graph.validate(), "validate", CudnnStage::Describe);
   check(graph.build_operation_graph(handle), "build_operation_graph", CudnnStage::Support);
@@ -143,8 +143,8 @@ void launch_cudnn(const AttentionArgs& args, cudaStream_t stream, bool stats) {
       {kUidO, args.o},
   };
   if (stats) pack[kUidStats] = args.lse;
-  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute,
-           to_string(key), "common/peers/cudnn_attention.cpp");
+  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute, key,
+           "common/peers/cudnn_attention.cpp");
 }
 
 Step peers_step() {

@@ -113,9 +113,8 @@ std::unique_ptr<CudnnBackwardGraph> build_graph(cudnnHandle_t handle, const Cudn
   dk->set_output(true).set_uid(kUidDK).set_dim(dims).set_stride(strides);
   dv->set_output(true).set_uid(kUidDV).set_dim(dims).set_stride(strides);
 
-  const std::string problem = to_string(key);
   auto check = [&](fe::error_t status, const char* step, CudnnStage stage) {
-    check_fe(status, step, stage, problem, kSource);
+    check_fe(status, step, stage, key, kSource);
   };
   check(graph.validate(), "validate", CudnnStage::Describe);
   check(graph.build_operation_graph(handle), "build_operation_graph", CudnnStage::Support);
@@ -156,8 +155,8 @@ void launch_cudnn_backward(const BackwardArgs& args, cudaStream_t stream) {
       {kUidO, in(args.o)},   {kUidDO, in(args.d_o)}, {kUidStats, in(args.lse)},
       {kUidDQ, args.dq},     {kUidDK, args.dk},     {kUidDV, args.dv},
   };
-  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute,
-           to_string(key), kSource);
+  check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute, key,
+           kSource);
 }
 
 Step backward_peers_step() {

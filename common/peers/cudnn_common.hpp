@@ -71,18 +71,21 @@ inline void check_cudnn(cudnnStatus_t status, const char* call, const char* file
 // A failed step of building or running a graph: the step, the problem and the frontend's message.
 // The steps that ask cuDNN whether it supports the problem throw LibraryRefusal (the harness skips
 // the row, with cuDNN's words); the others (a graph we described wrongly, a failed execution)
-// throw std::runtime_error. `source` names the peer's file, for the "described wrongly" case.
+// throw std::runtime_error. `key` is the graph's key (its to_string() names the problem, formatted
+// only on failure: execute() is checked at every launch); `source` names the peer's file, for the
+// "described wrongly" case.
 enum class CudnnStage { Describe, Support, Execute };
-inline void check_fe(cudnn_frontend::error_t status, const char* step, CudnnStage stage,
-                     std::string_view problem, std::string_view source) {
+template <class Key>
+void check_fe(cudnn_frontend::error_t status, const char* step, CudnnStage stage,
+              const Key& key, std::string_view source) {
   if (status.is_good()) return;
   // validate() also says "not supported" for a problem the graph describes rightly but cuDNN
   // declines (the backward at N = 1): that is a refusal, not our bug.
   if (stage == CudnnStage::Describe && status.get_code() == cudnn_frontend::error_code_t::GRAPH_NOT_SUPPORTED)
     stage = CudnnStage::Support;
   const std::string what =
-      fmt::format("cuDNN frontend: {} failed for {}: {} (frontend error code {}). {}", step, problem,
-                  status.get_message(), int(status.get_code()), cudnn_versions());
+      fmt::format("cuDNN frontend: {} failed for {}: {} (frontend error code {}). {}", step,
+                  to_string(key), status.get_message(), int(status.get_code()), cudnn_versions());
   switch (stage) {
     case CudnnStage::Support:
       throw LibraryRefusal(what + ". cuDNN has no engine for this problem on this GPU, or refused "
