@@ -66,8 +66,8 @@ constexpr int kBlockN = 128;     // keys per CTA (Bc)
 constexpr int kAuxThreads = 256; // preprocess and convert
 
 // ---- The main kernel's tile -------------------------------------------------------------------
-// 8 warps × 16 keys. Per thread the loop keeps dK and dV (2·D/2 fp32 at D = 64 and 128: 64 or
-// 128 registers) plus one step's Sᵀ and dPᵀ (16 keys × 64 queries each: 2 × 32 registers).
+// 8 warps × 16 keys. Per thread the loop keeps dK and dV (16 keys × D each: D/2 fp32, 32 or 64
+// registers each at D = 64 or 128) plus Sᵀ and dPᵀ of kSubM queries (2 × 16 registers).
 template <int kHeadDim_, class Element_, bool kDeterministic_>
 struct Tile {
   using Element = Element_;
@@ -76,8 +76,15 @@ struct Tile {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;  // one m16 tile of Sᵀ
-  static constexpr int kQTiles = kBlockM / 8;            // n8 tiles of Sᵀ, dPᵀ (queries)
-  static constexpr int kQSteps = kBlockM / 16;           // k16 steps of dV, dK (queries)
+  // Sᵀ and dPᵀ are computed kSubM queries at a time, two halves of the step, so that they take
+  // 2 × 16 fp32 instead of 2 × 32 beside dK and dV (with the whole step at once, ptxas spilled at
+  // D = 128 and, causal, at D = 64).
+  static constexpr int kSubM = 32;
+  static constexpr int kQTiles = kSubM / 8;              // n8 tiles of Sᵀ, dPᵀ (queries)
+  static constexpr int kQSteps = kSubM / 16;             // k16 steps of dV, dK (queries)
+  // Sᵀ = K Qᵀ's k16 loop: unrolled fully at D = 64, by two at D = 128, where fully unrolled ptxas
+  // hoists the fragments of every step ahead of their mma and spills.
+  static constexpr int kDUnroll = kHeadDim_ == 128 ? 2 : kHeadDim_ / 16;
   static constexpr int kDSteps = kHeadDim / 16;          // k16 steps of Sᵀ, dPᵀ (head dims)
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
   // dQ = dS K for the step's [kBlockM × D]: 4 warps along queries (one m16 tile each) × 2 along D.
@@ -294,102 +301,110 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const float* slse = s_lse + stage * kBlockM;
     const float* sdelta = s_delta + stage * kBlockM;
 
-    // Causal: a warp whose first key is past the step's last query has P = 0 everywhere; it
-    // only owes the dQ GEMM its rows of dSᵀ, which are zero.
-    const bool warp_idle = kCausal && key_w0 > q0 + kBlockM - 1;
-    if (!warp_idle) {
-      // ---- Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: [16 keys × kBlockM queries] each, k = D ----
-      // A: the warp's 16 rows of K (V), row-major: the A map. B[d][query] = Q[query][d]: Q is a
-      // row-major [n][k] tile, the B map without transpose (as K in the forward's Q Kᵀ).
-      float s[T::kQTiles][4], dp[T::kQTiles][4];
+    // The step's queries kSubM at a time, sub-block qs .. qs + kSubM − 1 of the step. Not
+    // unrolled: overlapping two sub-blocks would bring back the registers the split saves.
+#pragma unroll 1
+    for (int qs = 0; qs < kBlockM; qs += T::kSubM) {
+      // Causal: a warp whose first key is past the sub-block's last query has P = 0 everywhere;
+      // it only owes the dQ GEMM its rows of dSᵀ, which are zero.
+      const bool warp_idle = kCausal && key_w0 > q0 + qs + T::kSubM - 1;
+      if (!warp_idle) {
+        // ---- Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: [16 keys × kSubM queries] each, k = D ----
+        // A: the warp's 16 rows of K (V), row-major: the A map. B[d][query] = Q[query][d]: Q is a
+        // row-major [n][k] tile, the B map without transpose (as K in the forward's Q Kᵀ).
+        float s[T::kQTiles][4], dp[T::kQTiles][4];
 #pragma unroll
-      for (int ni = 0; ni < T::kQTiles; ++ni)
+        for (int ni = 0; ni < T::kQTiles; ++ni)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s[ni][c] = dp[ni][c] = 0.f;
+          for (int c = 0; c < 4; ++c) s[ni][c] = dp[ni][c] = 0.f;
+#pragma unroll(T::kDUnroll)
+        for (int kk = 0; kk < T::kDSteps; ++kk) {
+          std::uint32_t a_k[4], a_v[4];
+          ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+          ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
 #pragma unroll
-      for (int kk = 0; kk < T::kDSteps; ++kk) {
-        std::uint32_t a_k[4], a_v[4];
-        ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
-        ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
-#pragma unroll
-        for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
-          std::uint32_t b[4];
-          ptx::ldmatrix_x4(b, at<kD>(sq, np * 16 + b_row, kk * 16 + b_col));
-          const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(s[2 * np], a_k, bq_lo);
-          ptx::mma_m16n8k16<E>(s[2 * np + 1], a_k, bq_hi);
-          ptx::ldmatrix_x4(b, at<kD>(sdo, np * 16 + b_row, kk * 16 + b_col));
-          const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(dp[2 * np], a_v, bo_lo);
-          ptx::mma_m16n8k16<E>(dp[2 * np + 1], a_v, bo_hi);
-        }
-      }
-
-      // ---- Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D), in place ----
-      // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + 8ni + 2t + e, so
-      // a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
-      // computed (lse already holds the row's sum): no max, no rescale, no normalization. The
-      // causal mask assigns 0 (rather than masking S first) so that a masked S far above the
-      // row's lse, whose exp2 is +inf, never reaches a product.
-      const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0;
-#pragma unroll
-      for (int ni = 0; ni < T::kQTiles; ++ni) {
-        const float2 l2 = *reinterpret_cast<const float2*>(slse + 8 * ni + 2 * t);
-        const float2 d2 = *reinterpret_cast<const float2*>(sdelta + 8 * ni + 2 * t);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = 2 * h + e;
-            float p = ptx::exp2_approx(fmaf(s[ni][c], scale_log2, -(e ? l2.y : l2.x)));
-            if (diagonal && key_w0 + g + 8 * h > q0 + 8 * ni + 2 * t + e) p = 0.f;
-            s[ni][c] = p;
-            dp[ni][c] = p * (dp[ni][c] - (e ? d2.y : d2.x));
+          for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
+            std::uint32_t b[4];
+            ptx::ldmatrix_x4(b, at<kD>(sq, qs + np * 16 + b_row, kk * 16 + b_col));
+            const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(s[2 * np], a_k, bq_lo);
+            ptx::mma_m16n8k16<E>(s[2 * np + 1], a_k, bq_hi);
+            ptx::ldmatrix_x4(b, at<kD>(sdo, qs + np * 16 + b_row, kk * 16 + b_col));
+            const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(dp[2 * np], a_v, bo_lo);
+            ptx::mma_m16n8k16<E>(dp[2 * np + 1], a_v, bo_hi);
           }
-      }
-
-      // ---- dV += Pᵀ dO, dK += dSᵀ Q: [16 keys × D], k = the step's queries ----
-      // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (the k16 step
-      // kk is n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile,
-      // ldmatrix.trans with the A map (as V in the forward's P V). The same rounded dSᵀ goes to
-      // shared memory for dQ; the swizzle makes these 4-byte stores conflict-free (rows g of
-      // one chunk land in 8 different bank groups).
-#pragma unroll
-      for (int kk = 0; kk < T::kQSteps; ++kk) {
-        const std::uint32_t a_p[4] = {
-            ptx::pack2_as<E>(s[2 * kk][0], s[2 * kk][1]), ptx::pack2_as<E>(s[2 * kk][2], s[2 * kk][3]),
-            ptx::pack2_as<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-            ptx::pack2_as<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const std::uint32_t a_ds[4] = {
-            ptx::pack2_as<E>(dp[2 * kk][0], dp[2 * kk][1]), ptx::pack2_as<E>(dp[2 * kk][2], dp[2 * kk][3]),
-            ptx::pack2_as<E>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-            ptx::pack2_as<E>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-        // a_ds[r] holds row g + 8·(r & 1), columns 16kk + 8·(r >> 1) + 2t, + 1.
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          *reinterpret_cast<std::uint32_t*>(
-              s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), kk * 16 + 8 * (r >> 1) + 2 * t)) =
-              a_ds[r];
-#pragma unroll
-        for (int dpair = 0; dpair < T::kDTiles / 2; ++dpair) {  // two n8 tiles of D per ldmatrix
-          std::uint32_t b[4];
-          ptx::ldmatrix_x4_trans(b, at<kD>(sdo, kk * 16 + a_row, dpair * 16 + a_col));
-          const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(acc_dv[2 * dpair], a_p, bo_lo);
-          ptx::mma_m16n8k16<E>(acc_dv[2 * dpair + 1], a_p, bo_hi);
-          ptx::ldmatrix_x4_trans(b, at<kD>(sq, kk * 16 + a_row, dpair * 16 + a_col));
-          const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(acc_dk[2 * dpair], a_ds, bq_lo);
-          ptx::mma_m16n8k16<E>(acc_dk[2 * dpair + 1], a_ds, bq_hi);
         }
+
+        // ---- Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D), in place ----
+        // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + 8ni + 2t + e, so
+        // a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
+        // computed (lse already holds the row's sum): no max, no rescale, no normalization. The
+        // causal mask assigns 0 (rather than masking S first) so that a masked S far above the
+        // row's lse, whose exp2 is +inf, never reaches a product.
+        const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0 + qs;
+        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e: one
+        // register for the whole mask (the same comparison written out cost ptxas a spill at D = 128).
+        const int key_minus_query = key_w0 + g - (q0 + qs + 2 * t);
+#pragma unroll
+        for (int ni = 0; ni < T::kQTiles; ++ni) {
+          const float2 l2 = *reinterpret_cast<const float2*>(slse + qs + 8 * ni + 2 * t);
+          const float2 d2 = *reinterpret_cast<const float2*>(sdelta + qs + 8 * ni + 2 * t);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = 2 * h + e;
+              float p = ptx::exp2_approx(fmaf(s[ni][c], scale_log2, -(e ? l2.y : l2.x)));
+              if (diagonal && key_minus_query + 8 * h - 8 * ni - e > 0) p = 0.f;
+              s[ni][c] = p;
+              dp[ni][c] = p * (dp[ni][c] - (e ? d2.y : d2.x));
+            }
+        }
+
+        // ---- dV += Pᵀ dO, dK += dSᵀ Q: [16 keys × D], k = the step's queries ----
+        // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (the k16 step
+        // kk is n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile,
+        // ldmatrix.trans with the A map (as V in the forward's P V). The same rounded dSᵀ goes to
+        // shared memory for dQ; the swizzle makes these 4-byte stores conflict-free (rows g of
+        // one chunk land in 8 different bank groups).
+#pragma unroll
+        for (int kk = 0; kk < T::kQSteps; ++kk) {
+          const std::uint32_t a_p[4] = {
+              ptx::pack2_as<E>(s[2 * kk][0], s[2 * kk][1]), ptx::pack2_as<E>(s[2 * kk][2], s[2 * kk][3]),
+              ptx::pack2_as<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+              ptx::pack2_as<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+          const std::uint32_t a_ds[4] = {
+              ptx::pack2_as<E>(dp[2 * kk][0], dp[2 * kk][1]), ptx::pack2_as<E>(dp[2 * kk][2], dp[2 * kk][3]),
+              ptx::pack2_as<E>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+              ptx::pack2_as<E>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+          // a_ds[r] holds row g + 8·(r & 1), columns 16kk + 8·(r >> 1) + 2t, + 1.
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            *reinterpret_cast<std::uint32_t*>(
+                s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) =
+                a_ds[r];
+#pragma unroll
+          for (int dpair = 0; dpair < T::kDTiles / 2; ++dpair) {  // two n8 tiles of D per ldmatrix
+            std::uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, at<kD>(sdo, qs + kk * 16 + a_row, dpair * 16 + a_col));
+            const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(acc_dv[2 * dpair], a_p, bo_lo);
+            ptx::mma_m16n8k16<E>(acc_dv[2 * dpair + 1], a_p, bo_hi);
+            ptx::ldmatrix_x4_trans(b, at<kD>(sq, qs + kk * 16 + a_row, dpair * 16 + a_col));
+            const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(acc_dk[2 * dpair], a_ds, bq_lo);
+            ptx::mma_m16n8k16<E>(acc_dk[2 * dpair + 1], a_ds, bq_hi);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < T::kQSteps; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            *reinterpret_cast<std::uint32_t*>(
+                s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
       }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < T::kQSteps; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          *reinterpret_cast<std::uint32_t*>(
-              s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
     }
     __syncthreads();  // all of dSᵀ is in s_ds
 
