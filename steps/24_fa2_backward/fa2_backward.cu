@@ -337,15 +337,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
 
         // ---- Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D), in place ----
-        // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + 8ni + 2t + e, so
-        // a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
-        // computed (lse already holds the row's sum): no max, no rescale, no normalization. The
-        // causal mask assigns 0 (rather than masking S first) so that a masked S far above the
-        // row's lse, whose exp2 is +inf, never reaches a product.
+        // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + qs + 8ni + 2t + e,
+        // so a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
+        // computed (lse already holds the row's sum): no max, no rescale, no normalization.
+        // Masked elements get P = 0 by assignment (rather than S = −inf first), so that an S far
+        // above its row's lse, whose exp2 is +inf, never reaches a product. Two masks: causal
+        // (key > query) on the diagonal, and keys at or past N in a ragged last key block (their
+        // K rows are zeros, so S = 0 and P = exp(−lse), finite for any sane lse, and their dS K
+        // adds 0 to dQ; masking makes that hold for any lse, where 0 · inf would be NaN). The
+        // causal mask covers those keys already (a key >= N is above every query < N), so each
+        // kernel has one mask. Queries past N need none: their lse is +inf, so P = 0.
         const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0 + qs;
-        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e: one
-        // register for the whole mask (the same comparison written out cost ptxas a spill at D = 128).
+        const bool ragged = !kCausal && key_w0 + T::kKeysPerWarp > n;
+        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e, and
+        // key − N is key_minus_n + 8h: one register per mask (the causal comparison written out
+        // in full cost ptxas a spill at D = 128).
         const int key_minus_query = key_w0 + g - (q0 + qs + 2 * t);
+        const int key_minus_n = key_w0 + g - n;
 #pragma unroll
         for (int ni = 0; ni < T::kQTiles; ++ni) {
           const float2 l2 = *reinterpret_cast<const float2*>(slse + qs + 8 * ni + 2 * t);
@@ -357,6 +365,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
               const int c = 2 * h + e;
               float p = ptx::exp2_approx(fmaf(s[ni][c], scale_log2, -(e ? l2.y : l2.x)));
               if (diagonal && key_minus_query + 8 * h - 8 * ni - e > 0) p = 0.f;
+              if (ragged && key_minus_n + 8 * h >= 0) p = 0.f;
               s[ni][c] = p;
               dp[ni][c] = p * (dp[ni][c] - (e ? d2.y : d2.x));
             }
