@@ -22,7 +22,8 @@
 // accumulator then holds Pᵀ and dSᵀ with keys as rows, which is exactly the A operand of
 // dV += Pᵀ dO and dK += dSᵀ Q (the same C-to-A repacking as the forward's P V). Only dQ = dS K
 // needs all of the CTA's keys at once; dSᵀ goes through shared memory for it, and ldmatrix.trans
-// turns it back into dS.
+// turns it back into dS. (FlashAttention-2 computes S with queries as rows and its dK/dV warps own
+// other tiles than its S warps, so P and dS both make the trip through shared memory there.)
 //
 // Variants: `atomic` (float atomics: the order of additions into dQ, and so its last bits, depend
 // on timing) and `deterministic` (the same kernel; each query block's dQ is added by the key
@@ -455,8 +456,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // A CTA only ever waits for CTAs launched before it (lower key blocks when not causal; the
     // causal kernel launches the key blocks from the last), which are running or done: with
     // blocks dispatched in launch order, as the hardware does, the waits cannot deadlock.
-    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier and
-    // thread 0's fence and release store pass the turn on (the pattern of CUTLASS's semaphores).
+    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier
+    // (every thread's atomics before thread 0's release) and thread 0's release store (a
+    // fence.acq_rel.gpu and a store) pass the turn on: the pattern of CUTLASS's semaphores.
     [[maybe_unused]] int dq_turn = 0;
     if constexpr (T::kDeterministic) {
       const int kb_last = min(n_kblocks - 1, (q0 + kBlockM - 1) / kBlockN);  // causal: last key block of m
@@ -481,7 +483,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kDeterministic) {
       __syncthreads();
       if (tid == 0) {
-        __threadfence();
         cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
         sem.store(dq_turn + 1, cuda::memory_order_release);
       }
@@ -581,7 +582,7 @@ std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class E>(const char* type) {
     using T = Tile<kHeadDim, E, kDeterministic>;
-    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,%dx%d%s%s>", kHeadDim, kBlockN,
+    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kHeadDim, kBlockN,
                                         kBlockM, type, kDeterministic ? ",ordered dQ" : "");
     const std::size_t first = out.size();
     out.push_back(ladder::kernel(ladder::strprintf("fa2_bwd_preprocess<D=%d%s>", kHeadDim, type),
