@@ -211,9 +211,20 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #endif
 }
 
+// threadIdx.x, read again: a value the compiler cannot merge with the kernel's first read (a
+// volatile asm is never merged or hoisted out of a loop). The dQ phase recomputes its lane
+// offsets from it once per query block instead of keeping them live through the whole loop: a
+// few integer instructions per block, against registers that at D = 128 (causal) ptxas could
+// only find by spilling. (Step 06's d128_lean does the same with its cp.async offsets.)
+__device__ __forceinline__ int reread_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 // ---- Kernel 2: the main loop ------------------------------------------------------------------
-// grid (ceil(N / kBlockN), B·H). Key block kb = blockIdx.x, except in the deterministic causal
-// kernel, which launches the key blocks last to first (dq_turn says why).
+// grid (ceil(N / kBlockN), B·H), key block kb = blockIdx.x: causal, the heaviest key blocks (the
+// lowest, seen by the most queries) are launched first.
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fa2_bwd_kernel(const typename T::Element* __restrict__ q,
@@ -240,14 +251,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int g = frag::group_of(lane);
   const int t = frag::thread_in_group(lane);
 
-  const int n_kblocks = gridDim.x;
-  const int kb = (T::kDeterministic && kCausal) ? n_kblocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int kb = blockIdx.x;
   const int bh = blockIdx.y;
   const int k0 = kb * kBlockN;
   const int m_blocks = ceil_div(n, kBlockM);
   const int n_pad = m_blocks * kBlockM;
   // Causal: query i sees keys j <= i, so the first query block with a query >= k0 is k0 / kBlockM.
+  // The loop walks the query blocks from the last down to that one (as FlashAttention-2 does):
+  // then every key block of a head reaches query block m at the same step of its loop, which is
+  // what lets the deterministic kernel add dQ in key-block order without waiting (dq_turn).
   const int m_first = kCausal ? k0 / kBlockM : 0;
+  const int m_last = m_blocks - 1;
   const std::int64_t head = std::int64_t(bh) * n * kD;
   const float* lse_head = lse_log2 + std::int64_t(bh) * n_pad;
   const float* delta_head = delta + std::int64_t(bh) * n_pad;
@@ -266,10 +280,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   };
 
-  // Prologue: the CTA's K and V (kept for the whole loop) and the first query block.
+  // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
   load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
   load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
-  load_query_block(m_first, 0);
+  load_query_block(m_last, 0);
   ptx::cp_async_commit();
 
   // This lane's ldmatrix offsets (mma_fragments.cuh): the A map, and the B map.
@@ -277,8 +291,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int b_row = frag::ldsm_b_row(lane), b_col = frag::ldsm_b_col(lane);
   const int warp_key = warp * T::kKeysPerWarp;        // the warp's first key in the CTA's block
   const int key_w0 = k0 + warp_key;                   // ... in the sequence
-  const int dq_row = (warp % T::kDqWarpsM) * 16;      // the warp's part of dQ: query rows
-  const int dq_col = (warp / T::kDqWarpsM) * T::kDqCols;  // ... and head dims
 
   float acc_dk[T::kDTiles][4], acc_dv[T::kDTiles][4];
 #pragma unroll
@@ -286,15 +298,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc_dk[nd][c] = acc_dv[nd][c] = 0.f;
 
-  for (int m = m_first; m < m_blocks; ++m) {
-    const int stage = (m - m_first) & 1;
+  for (int m = m_last; m >= m_first; --m) {
+    const int stage = (m_last - m) & 1;
     const int q0 = m * kBlockM;
     // The step's tiles have landed, and every warp is done with the other stage and with s_ds
-    // (the previous step's dQ): prefetch the next block there while this one is computed.
+    // (the previous step's dQ): prefetch the next block (m − 1) there while this one is computed.
     ptx::cp_async_wait<0>();
     __syncthreads();
-    if (m + 1 < m_blocks) {
-      load_query_block(m + 1, stage ^ 1);
+    if (m > m_first) {
+      load_query_block(m - 1, stage ^ 1);
       ptx::cp_async_commit();
     }
     const E* sq = s_q + stage * T::kQElems;
@@ -423,6 +435,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // hands each lane A's pairs (lane (g, t) gets rows 2t, 2t + 1 of column g of each 8×8 matrix,
     // and the B map orders the four matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
     // (k 8-15, m 8-15), which are a0..a3). B[key][d] = K[key][d]: .trans with the A map.
+    const int dq_tid = reread_tid();
+    const int dq_lane = dq_tid % kWarpSize;
+    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * 16;      // the warp's query rows
+    const int dq_col = (dq_tid / kWarpSize / T::kDqWarpsM) * T::kDqCols;  // and head dims
+    const int ds_row = frag::ldsm_b_row(dq_lane), ds_col = frag::ldsm_b_col(dq_lane);
+    const int kt_row = frag::ldsm_a_row(dq_lane), kt_col = frag::ldsm_a_col(dq_lane);
     float acc_dq[T::kDqTiles][4];
 #pragma unroll
     for (int nd = 0; nd < T::kDqTiles; ++nd)
@@ -431,11 +449,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kKeySteps; ++kk) {
       std::uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + b_row, dq_row + b_col));
+      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + ds_col));
 #pragma unroll
       for (int np = 0; np < T::kDqTiles / 2; ++np) {
         std::uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + a_row, dq_col + np * 16 + a_col));
+        ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + kt_row, dq_col + np * 16 + kt_col));
         const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
         ptx::mma_m16n8k16<E>(acc_dq[2 * np], a, b_lo);
         ptx::mma_m16n8k16<E>(acc_dq[2 * np + 1], a, b_hi);
@@ -443,26 +461,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
 
     // ---- dQ += this key block's share: fp32 atomics into the accumulator ----
-    // The deterministic kernel takes its turn first. dq_turn: query block m gets its shares in
-    // a fixed order of key blocks, so every element of dQ is the same sequence of fp32 additions
-    // on every run (the atomics are then only a way to add in L2). The order follows the
-    // schedule, so that in steady state no CTA waits for long:
-    //   * not causal: every key block visits query blocks 0, 1, 2, ... in step; key block kb
-    //     adds after kb − 1, one dQ GEMM behind it;
-    //   * causal: key block kb starts at query block kb·kBlockN/kBlockM, where it is the LAST key
-    //     block that query block sees; ascending order would make it wait for every lower key
-    //     block to get there. Descending order (the block with the highest keys first) lets each
-    //     block add its first shares at once.
-    // A CTA only ever waits for CTAs launched before it (lower key blocks when not causal; the
-    // causal kernel launches the key blocks from the last), which are running or done: with
-    // blocks dispatched in launch order, as the hardware does, the waits cannot deadlock.
+    // The deterministic kernel takes its turn first. Query block m gets its shares from the key
+    // blocks in a fixed order, kb = 0, 1, 2, ..., so every element of dQ is the same sequence of
+    // fp32 additions on every run (the atomics are then only a way to add in L2). The order
+    // follows the schedule: every key block of a head walks the query blocks from the last down,
+    // so all of them reach query block m at the same step of their loops (causal: every key
+    // block that sees m, and those are exactly kb = 0 .. the diagonal's), and key block kb runs
+    // one dQ phase behind kb − 1 instead of waiting for whole steps. Had the causal loop walked
+    // up from its first query block, key block kb would reach m = 2kb when kb − 1 is two steps
+    // further on, and the waits would chain along the diagonal.
+    // A CTA only ever waits for lower key blocks of its head, launched before it and so running
+    // or done: with blocks dispatched in launch order, as the hardware does (FlashAttention-3's
+    // deterministic backward relies on it too), the waits cannot deadlock.
     // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier
     // (every thread's atomics before thread 0's release) and thread 0's release store (a
     // fence.acq_rel.gpu and a store) pass the turn on: the pattern of CUTLASS's semaphores.
-    [[maybe_unused]] int dq_turn = 0;
+    [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
-      const int kb_last = min(n_kblocks - 1, (q0 + kBlockM - 1) / kBlockN);  // causal: last key block of m
-      dq_turn = kCausal ? kb_last - kb : kb;
       if (tid == 0) {
         cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
         while (sem.load(cuda::memory_order_acquire) != dq_turn) {
