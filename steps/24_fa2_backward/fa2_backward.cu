@@ -22,7 +22,8 @@
 // accumulator then holds Pᵀ and dSᵀ with keys as rows, which is exactly the A operand of
 // dV += Pᵀ dO and dK += dSᵀ Q (the same C-to-A repacking as the forward's P V). Only dQ = dS K
 // needs all of the CTA's keys at once; dSᵀ goes through shared memory for it, and ldmatrix.trans
-// turns it back into dS.
+// turns it back into dS. (FlashAttention-2 computes S with queries as rows and its dK/dV warps own
+// other tiles than its S warps, so P and dS both make the trip through shared memory there.)
 //
 // Variants: `atomic` (float atomics: the order of additions into dQ, and so its last bits, depend
 // on timing) and `deterministic` (the same kernel; each query block's dQ is added by the key
@@ -66,8 +67,8 @@ constexpr int kBlockN = 128;     // keys per CTA (Bc)
 constexpr int kAuxThreads = 256; // preprocess and convert
 
 // ---- The main kernel's tile -------------------------------------------------------------------
-// 8 warps × 16 keys. Per thread the loop keeps dK and dV (2·D/2 fp32 at D = 64 and 128: 64 or
-// 128 registers) plus one step's Sᵀ and dPᵀ (16 keys × 64 queries each: 2 × 32 registers).
+// 8 warps × 16 keys. Per thread the loop keeps dK and dV (16 keys × D each: D/2 fp32, 32 or 64
+// registers each at D = 64 or 128) plus Sᵀ and dPᵀ of kSubM queries (2 × 16 registers).
 template <int kHeadDim_, class Element_, bool kDeterministic_>
 struct Tile {
   using Element = Element_;
@@ -76,8 +77,15 @@ struct Tile {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;  // one m16 tile of Sᵀ
-  static constexpr int kQTiles = kBlockM / 8;            // n8 tiles of Sᵀ, dPᵀ (queries)
-  static constexpr int kQSteps = kBlockM / 16;           // k16 steps of dV, dK (queries)
+  // Sᵀ and dPᵀ are computed kSubM queries at a time, two halves of the step, so that they take
+  // 2 × 16 fp32 instead of 2 × 32 beside dK and dV (with the whole step at once, ptxas spilled at
+  // D = 128 and, causal, at D = 64).
+  static constexpr int kSubM = 32;
+  static constexpr int kQTiles = kSubM / 8;              // n8 tiles of Sᵀ, dPᵀ (queries)
+  static constexpr int kQSteps = kSubM / 16;             // k16 steps of dV, dK (queries)
+  // Sᵀ = K Qᵀ's k16 loop: unrolled fully at D = 64, by two at D = 128, where fully unrolled ptxas
+  // hoists the fragments of every step ahead of their mma and spills.
+  static constexpr int kDUnroll = kHeadDim_ == 128 ? 2 : kHeadDim_ / 16;
   static constexpr int kDSteps = kHeadDim / 16;          // k16 steps of Sᵀ, dPᵀ (head dims)
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
   // dQ = dS K for the step's [kBlockM × D]: 4 warps along queries (one m16 tile each) × 2 along D.
@@ -203,9 +211,20 @@ __device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
 #endif
 }
 
+// threadIdx.x, read again: a value the compiler cannot merge with the kernel's first read (a
+// volatile asm is never merged or hoisted out of a loop). The dQ phase recomputes its lane
+// offsets from it once per query block instead of keeping them live through the whole loop: a
+// few integer instructions per block, against registers that at D = 128 (causal) ptxas could
+// only find by spilling. (Step 06's d128_lean does the same with its cp.async offsets.)
+__device__ __forceinline__ int reread_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 // ---- Kernel 2: the main loop ------------------------------------------------------------------
-// grid (ceil(N / kBlockN), B·H). Key block kb = blockIdx.x, except in the deterministic causal
-// kernel, which launches the key blocks last to first (dq_turn says why).
+// grid (ceil(N / kBlockN), B·H), key block kb = blockIdx.x: causal, the heaviest key blocks (the
+// lowest, seen by the most queries) are launched first.
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fa2_bwd_kernel(const typename T::Element* __restrict__ q,
@@ -232,14 +251,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int g = frag::group_of(lane);
   const int t = frag::thread_in_group(lane);
 
-  const int n_kblocks = gridDim.x;
-  const int kb = (T::kDeterministic && kCausal) ? n_kblocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int kb = blockIdx.x;
   const int bh = blockIdx.y;
   const int k0 = kb * kBlockN;
   const int m_blocks = ceil_div(n, kBlockM);
   const int n_pad = m_blocks * kBlockM;
   // Causal: query i sees keys j <= i, so the first query block with a query >= k0 is k0 / kBlockM.
+  // The loop walks the query blocks from the last down to that one (as FlashAttention-2 does):
+  // then every key block of a head reaches query block m at the same step of its loop, which is
+  // what lets the deterministic kernel add dQ in key-block order without waiting (dq_turn).
   const int m_first = kCausal ? k0 / kBlockM : 0;
+  const int m_last = m_blocks - 1;
   const std::int64_t head = std::int64_t(bh) * n * kD;
   const float* lse_head = lse_log2 + std::int64_t(bh) * n_pad;
   const float* delta_head = delta + std::int64_t(bh) * n_pad;
@@ -258,10 +280,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   };
 
-  // Prologue: the CTA's K and V (kept for the whole loop) and the first query block.
+  // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
   load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
   load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
-  load_query_block(m_first, 0);
+  load_query_block(m_last, 0);
   ptx::cp_async_commit();
 
   // This lane's ldmatrix offsets (mma_fragments.cuh): the A map, and the B map.
@@ -269,8 +291,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int b_row = frag::ldsm_b_row(lane), b_col = frag::ldsm_b_col(lane);
   const int warp_key = warp * T::kKeysPerWarp;        // the warp's first key in the CTA's block
   const int key_w0 = k0 + warp_key;                   // ... in the sequence
-  const int dq_row = (warp % T::kDqWarpsM) * 16;      // the warp's part of dQ: query rows
-  const int dq_col = (warp / T::kDqWarpsM) * T::kDqCols;  // ... and head dims
 
   float acc_dk[T::kDTiles][4], acc_dv[T::kDTiles][4];
 #pragma unroll
@@ -278,15 +298,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc_dk[nd][c] = acc_dv[nd][c] = 0.f;
 
-  for (int m = m_first; m < m_blocks; ++m) {
-    const int stage = (m - m_first) & 1;
+  for (int m = m_last; m >= m_first; --m) {
+    const int stage = (m_last - m) & 1;
     const int q0 = m * kBlockM;
     // The step's tiles have landed, and every warp is done with the other stage and with s_ds
-    // (the previous step's dQ): prefetch the next block there while this one is computed.
+    // (the previous step's dQ): prefetch the next block (m − 1) there while this one is computed.
     ptx::cp_async_wait<0>();
     __syncthreads();
-    if (m + 1 < m_blocks) {
-      load_query_block(m + 1, stage ^ 1);
+    if (m > m_first) {
+      load_query_block(m - 1, stage ^ 1);
       ptx::cp_async_commit();
     }
     const E* sq = s_q + stage * T::kQElems;
@@ -294,102 +314,119 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const float* slse = s_lse + stage * kBlockM;
     const float* sdelta = s_delta + stage * kBlockM;
 
-    // Causal: a warp whose first key is past the step's last query has P = 0 everywhere; it
-    // only owes the dQ GEMM its rows of dSᵀ, which are zero.
-    const bool warp_idle = kCausal && key_w0 > q0 + kBlockM - 1;
-    if (!warp_idle) {
-      // ---- Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: [16 keys × kBlockM queries] each, k = D ----
-      // A: the warp's 16 rows of K (V), row-major: the A map. B[d][query] = Q[query][d]: Q is a
-      // row-major [n][k] tile, the B map without transpose (as K in the forward's Q Kᵀ).
-      float s[T::kQTiles][4], dp[T::kQTiles][4];
+    // The step's queries kSubM at a time, sub-block qs .. qs + kSubM − 1 of the step. Not
+    // unrolled: overlapping two sub-blocks would bring back the registers the split saves.
+#pragma unroll 1
+    for (int qs = 0; qs < kBlockM; qs += T::kSubM) {
+      // Causal: a warp whose first key is past the sub-block's last query has P = 0 everywhere;
+      // it only owes the dQ GEMM its rows of dSᵀ, which are zero.
+      const bool warp_idle = kCausal && key_w0 > q0 + qs + T::kSubM - 1;
+      if (!warp_idle) {
+        // ---- Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: [16 keys × kSubM queries] each, k = D ----
+        // A: the warp's 16 rows of K (V), row-major: the A map. B[d][query] = Q[query][d]: Q is a
+        // row-major [n][k] tile, the B map without transpose (as K in the forward's Q Kᵀ).
+        float s[T::kQTiles][4], dp[T::kQTiles][4];
 #pragma unroll
-      for (int ni = 0; ni < T::kQTiles; ++ni)
+        for (int ni = 0; ni < T::kQTiles; ++ni)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s[ni][c] = dp[ni][c] = 0.f;
+          for (int c = 0; c < 4; ++c) s[ni][c] = dp[ni][c] = 0.f;
+#pragma unroll(T::kDUnroll)
+        for (int kk = 0; kk < T::kDSteps; ++kk) {
+          std::uint32_t a_k[4], a_v[4];
+          ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+          ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
 #pragma unroll
-      for (int kk = 0; kk < T::kDSteps; ++kk) {
-        std::uint32_t a_k[4], a_v[4];
-        ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
-        ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
-#pragma unroll
-        for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
-          std::uint32_t b[4];
-          ptx::ldmatrix_x4(b, at<kD>(sq, np * 16 + b_row, kk * 16 + b_col));
-          const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(s[2 * np], a_k, bq_lo);
-          ptx::mma_m16n8k16<E>(s[2 * np + 1], a_k, bq_hi);
-          ptx::ldmatrix_x4(b, at<kD>(sdo, np * 16 + b_row, kk * 16 + b_col));
-          const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(dp[2 * np], a_v, bo_lo);
-          ptx::mma_m16n8k16<E>(dp[2 * np + 1], a_v, bo_hi);
-        }
-      }
-
-      // ---- Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D), in place ----
-      // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + 8ni + 2t + e, so
-      // a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
-      // computed (lse already holds the row's sum): no max, no rescale, no normalization. The
-      // causal mask assigns 0 (rather than masking S first) so that a masked S far above the
-      // row's lse, whose exp2 is +inf, never reaches a product.
-      const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0;
-#pragma unroll
-      for (int ni = 0; ni < T::kQTiles; ++ni) {
-        const float2 l2 = *reinterpret_cast<const float2*>(slse + 8 * ni + 2 * t);
-        const float2 d2 = *reinterpret_cast<const float2*>(sdelta + 8 * ni + 2 * t);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = 2 * h + e;
-            float p = ptx::exp2_approx(fmaf(s[ni][c], scale_log2, -(e ? l2.y : l2.x)));
-            if (diagonal && key_w0 + g + 8 * h > q0 + 8 * ni + 2 * t + e) p = 0.f;
-            s[ni][c] = p;
-            dp[ni][c] = p * (dp[ni][c] - (e ? d2.y : d2.x));
+          for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
+            std::uint32_t b[4];
+            ptx::ldmatrix_x4(b, at<kD>(sq, qs + np * 16 + b_row, kk * 16 + b_col));
+            const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(s[2 * np], a_k, bq_lo);
+            ptx::mma_m16n8k16<E>(s[2 * np + 1], a_k, bq_hi);
+            ptx::ldmatrix_x4(b, at<kD>(sdo, qs + np * 16 + b_row, kk * 16 + b_col));
+            const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(dp[2 * np], a_v, bo_lo);
+            ptx::mma_m16n8k16<E>(dp[2 * np + 1], a_v, bo_hi);
           }
-      }
-
-      // ---- dV += Pᵀ dO, dK += dSᵀ Q: [16 keys × D], k = the step's queries ----
-      // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (the k16 step
-      // kk is n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile,
-      // ldmatrix.trans with the A map (as V in the forward's P V). The same rounded dSᵀ goes to
-      // shared memory for dQ; the swizzle makes these 4-byte stores conflict-free (rows g of
-      // one chunk land in 8 different bank groups).
-#pragma unroll
-      for (int kk = 0; kk < T::kQSteps; ++kk) {
-        const std::uint32_t a_p[4] = {
-            ptx::pack2_as<E>(s[2 * kk][0], s[2 * kk][1]), ptx::pack2_as<E>(s[2 * kk][2], s[2 * kk][3]),
-            ptx::pack2_as<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-            ptx::pack2_as<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const std::uint32_t a_ds[4] = {
-            ptx::pack2_as<E>(dp[2 * kk][0], dp[2 * kk][1]), ptx::pack2_as<E>(dp[2 * kk][2], dp[2 * kk][3]),
-            ptx::pack2_as<E>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-            ptx::pack2_as<E>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-        // a_ds[r] holds row g + 8·(r & 1), columns 16kk + 8·(r >> 1) + 2t, + 1.
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          *reinterpret_cast<std::uint32_t*>(
-              s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), kk * 16 + 8 * (r >> 1) + 2 * t)) =
-              a_ds[r];
-#pragma unroll
-        for (int dpair = 0; dpair < T::kDTiles / 2; ++dpair) {  // two n8 tiles of D per ldmatrix
-          std::uint32_t b[4];
-          ptx::ldmatrix_x4_trans(b, at<kD>(sdo, kk * 16 + a_row, dpair * 16 + a_col));
-          const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(acc_dv[2 * dpair], a_p, bo_lo);
-          ptx::mma_m16n8k16<E>(acc_dv[2 * dpair + 1], a_p, bo_hi);
-          ptx::ldmatrix_x4_trans(b, at<kD>(sq, kk * 16 + a_row, dpair * 16 + a_col));
-          const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
-          ptx::mma_m16n8k16<E>(acc_dk[2 * dpair], a_ds, bq_lo);
-          ptx::mma_m16n8k16<E>(acc_dk[2 * dpair + 1], a_ds, bq_hi);
         }
+
+        // ---- Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D), in place ----
+        // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + qs + 8ni + 2t + e,
+        // so a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
+        // computed (lse already holds the row's sum): no max, no rescale, no normalization.
+        // Masked elements get P = 0 by assignment (rather than S = −inf first), so that an S far
+        // above its row's lse, whose exp2 is +inf, never reaches a product. Two masks: causal
+        // (key > query) on the diagonal, and keys at or past N in a ragged last key block (their
+        // K rows are zeros, so S = 0 and P = exp(−lse), finite for any sane lse, and their dS K
+        // adds 0 to dQ; masking makes that hold for any lse, where 0 · inf would be NaN). The
+        // causal mask covers those keys already (a key >= N is above every query < N), so each
+        // kernel has one mask. Queries past N need none: their lse is +inf, so P = 0.
+        const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0 + qs;
+        const bool ragged = !kCausal && key_w0 + T::kKeysPerWarp > n;
+        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e, and
+        // key − N is key_minus_n + 8h: one register per mask (the causal comparison written out
+        // in full cost ptxas a spill at D = 128).
+        const int key_minus_query = key_w0 + g - (q0 + qs + 2 * t);
+        const int key_minus_n = key_w0 + g - n;
+#pragma unroll
+        for (int ni = 0; ni < T::kQTiles; ++ni) {
+          const float2 l2 = *reinterpret_cast<const float2*>(slse + qs + 8 * ni + 2 * t);
+          const float2 d2 = *reinterpret_cast<const float2*>(sdelta + qs + 8 * ni + 2 * t);
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = 2 * h + e;
+              float p = ptx::exp2_approx(fmaf(s[ni][c], scale_log2, -(e ? l2.y : l2.x)));
+              if (diagonal && key_minus_query + 8 * h - 8 * ni - e > 0) p = 0.f;
+              if (ragged && key_minus_n + 8 * h >= 0) p = 0.f;
+              s[ni][c] = p;
+              dp[ni][c] = p * (dp[ni][c] - (e ? d2.y : d2.x));
+            }
+        }
+
+        // ---- dV += Pᵀ dO, dK += dSᵀ Q: [16 keys × D], k = the step's queries ----
+        // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (the k16 step
+        // kk is n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile,
+        // ldmatrix.trans with the A map (as V in the forward's P V). The same rounded dSᵀ goes to
+        // shared memory for dQ; the swizzle makes these 4-byte stores conflict-free (rows g of
+        // one chunk land in 8 different bank groups).
+#pragma unroll
+        for (int kk = 0; kk < T::kQSteps; ++kk) {
+          const std::uint32_t a_p[4] = {
+              ptx::pack2_as<E>(s[2 * kk][0], s[2 * kk][1]), ptx::pack2_as<E>(s[2 * kk][2], s[2 * kk][3]),
+              ptx::pack2_as<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+              ptx::pack2_as<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+          const std::uint32_t a_ds[4] = {
+              ptx::pack2_as<E>(dp[2 * kk][0], dp[2 * kk][1]), ptx::pack2_as<E>(dp[2 * kk][2], dp[2 * kk][3]),
+              ptx::pack2_as<E>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+              ptx::pack2_as<E>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+          // a_ds[r] holds row g + 8·(r & 1), columns 16kk + 8·(r >> 1) + 2t, + 1.
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            *reinterpret_cast<std::uint32_t*>(
+                s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) =
+                a_ds[r];
+#pragma unroll
+          for (int dpair = 0; dpair < T::kDTiles / 2; ++dpair) {  // two n8 tiles of D per ldmatrix
+            std::uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, at<kD>(sdo, qs + kk * 16 + a_row, dpair * 16 + a_col));
+            const std::uint32_t bo_lo[2] = {b[0], b[1]}, bo_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(acc_dv[2 * dpair], a_p, bo_lo);
+            ptx::mma_m16n8k16<E>(acc_dv[2 * dpair + 1], a_p, bo_hi);
+            ptx::ldmatrix_x4_trans(b, at<kD>(sq, qs + kk * 16 + a_row, dpair * 16 + a_col));
+            const std::uint32_t bq_lo[2] = {b[0], b[1]}, bq_hi[2] = {b[2], b[3]};
+            ptx::mma_m16n8k16<E>(acc_dk[2 * dpair], a_ds, bq_lo);
+            ptx::mma_m16n8k16<E>(acc_dk[2 * dpair + 1], a_ds, bq_hi);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < T::kQSteps; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            *reinterpret_cast<std::uint32_t*>(
+                s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
       }
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < T::kQSteps; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          *reinterpret_cast<std::uint32_t*>(
-              s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
     }
     __syncthreads();  // all of dSᵀ is in s_ds
 
@@ -398,6 +435,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // hands each lane A's pairs (lane (g, t) gets rows 2t, 2t + 1 of column g of each 8×8 matrix,
     // and the B map orders the four matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
     // (k 8-15, m 8-15), which are a0..a3). B[key][d] = K[key][d]: .trans with the A map.
+    const int dq_tid = reread_tid();
+    const int dq_lane = dq_tid % kWarpSize;
+    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * 16;      // the warp's query rows
+    const int dq_col = (dq_tid / kWarpSize / T::kDqWarpsM) * T::kDqCols;  // and head dims
+    const int ds_row = frag::ldsm_b_row(dq_lane), ds_col = frag::ldsm_b_col(dq_lane);
+    const int kt_row = frag::ldsm_a_row(dq_lane), kt_col = frag::ldsm_a_col(dq_lane);
     float acc_dq[T::kDqTiles][4];
 #pragma unroll
     for (int nd = 0; nd < T::kDqTiles; ++nd)
@@ -406,11 +449,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < T::kKeySteps; ++kk) {
       std::uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + b_row, dq_row + b_col));
+      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + ds_col));
 #pragma unroll
       for (int np = 0; np < T::kDqTiles / 2; ++np) {
         std::uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + a_row, dq_col + np * 16 + a_col));
+        ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + kt_row, dq_col + np * 16 + kt_col));
         const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
         ptx::mma_m16n8k16<E>(acc_dq[2 * np], a, b_lo);
         ptx::mma_m16n8k16<E>(acc_dq[2 * np + 1], a, b_hi);
@@ -418,25 +461,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
 
     // ---- dQ += this key block's share: fp32 atomics into the accumulator ----
-    // The deterministic kernel takes its turn first. dq_turn: query block m gets its shares in
-    // a fixed order of key blocks, so every element of dQ is the same sequence of fp32 additions
-    // on every run (the atomics are then only a way to add in L2). The order follows the
-    // schedule, so that in steady state no CTA waits for long:
-    //   * not causal: every key block visits query blocks 0, 1, 2, ... in step; key block kb
-    //     adds after kb − 1, one dQ GEMM behind it;
-    //   * causal: key block kb starts at query block kb·kBlockN/kBlockM, where it is the LAST key
-    //     block that query block sees; ascending order would make it wait for every lower key
-    //     block to get there. Descending order (the block with the highest keys first) lets each
-    //     block add its first shares at once.
-    // A CTA only ever waits for CTAs launched before it (lower key blocks when not causal; the
-    // causal kernel launches the key blocks from the last), which are running or done: with
-    // blocks dispatched in launch order, as the hardware does, the waits cannot deadlock.
-    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier and
-    // thread 0's fence and release store pass the turn on (the pattern of CUTLASS's semaphores).
-    [[maybe_unused]] int dq_turn = 0;
+    // The deterministic kernel takes its turn first. Query block m gets its shares from the key
+    // blocks in a fixed order, kb = 0, 1, 2, ..., so every element of dQ is the same sequence of
+    // fp32 additions on every run (the atomics are then only a way to add in L2). The order
+    // follows the schedule: every key block of a head walks the query blocks from the last down,
+    // so all of them reach query block m at the same step of their loops (causal: every key
+    // block that sees m, and those are exactly kb = 0 .. the diagonal's), and key block kb runs
+    // one dQ phase behind kb − 1 instead of waiting for whole steps. Had the causal loop walked
+    // up from its first query block, key block kb would reach m = 2kb when kb − 1 is two steps
+    // further on, and the waits would chain along the diagonal.
+    // A CTA only ever waits for lower key blocks of its head, launched before it and so running
+    // or done: with blocks dispatched in launch order, as the hardware does (FlashAttention-3's
+    // deterministic backward relies on it too), the waits cannot deadlock.
+    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier
+    // (every thread's atomics before thread 0's release) and thread 0's release store (a
+    // fence.acq_rel.gpu and a store) pass the turn on: the pattern of CUTLASS's semaphores.
+    [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
-      const int kb_last = min(n_kblocks - 1, (q0 + kBlockM - 1) / kBlockN);  // causal: last key block of m
-      dq_turn = kCausal ? kb_last - kb : kb;
       if (tid == 0) {
         cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
         while (sem.load(cuda::memory_order_acquire) != dq_turn) {
@@ -457,7 +498,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kDeterministic) {
       __syncthreads();
       if (tid == 0) {
-        __threadfence();
         cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
         sem.store(dq_turn + 1, cuda::memory_order_release);
       }
@@ -557,7 +597,7 @@ std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class E>(const char* type) {
     using T = Tile<kHeadDim, E, kDeterministic>;
-    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,%dx%d%s%s>", kHeadDim, kBlockN,
+    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kHeadDim, kBlockN,
                                         kBlockM, type, kDeterministic ? ",ordered dQ" : "");
     const std::size_t first = out.size();
     out.push_back(ladder::kernel(ladder::strprintf("fa2_bwd_preprocess<D=%d%s>", kHeadDim, type),
