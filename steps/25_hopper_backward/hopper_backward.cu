@@ -313,10 +313,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const std::uint32_t q_s = q_addr + stage * T::kQBytes;
     const std::uint32_t do_s = do_addr + stage * T::kQBytes;
     hopper::mbarrier_wait(&st.full[stage], hopper::ring_parity<kStages>(it));
-    // Per block, and left uninitialised: each product's first k16 step overwrites its accumulator
-    // (accumulate = 0), but the wgmma asm names it as read too, so an array declared outside the
-    // loop would keep the previous block's values alive across the whole block (what made the
-    // D = 128 kernel spill).
+    // Per block and left uninitialised: each product's first k16 step overwrites its accumulator
+    // (accumulate = 0), so nothing of the previous block needs to stay live in them.
     float s[kBlockM / 2];   // Sᵀ, then Pᵀ
     float dp[kBlockM / 2];  // dPᵀ, then dSᵀ
     float dq[T::kDqChunk / 2];
