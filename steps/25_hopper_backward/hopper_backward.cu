@@ -65,7 +65,6 @@ namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
-constexpr int kWarpsPerWarpgroup = 4;
 // Rows of the padded per-row buffers (lse·log2e, D, the dQ accumulator): a multiple of every
 // kBlockM, so a stage's statistics are one whole 16-byte-aligned bulk copy.
 constexpr int kRowPad = 128;
@@ -230,6 +229,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kBlockN = T::kBlockN;
   constexpr int kHeadDim = T::kHeadDim;
   constexpr int kStages = T::kStages;
+  constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;  // arrivals on an empty barrier
   extern __shared__ unsigned char smem_raw[];
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
 
