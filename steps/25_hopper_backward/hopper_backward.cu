@@ -65,7 +65,6 @@ namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
 constexpr int kWarpgroupThreads = 128;
-constexpr int kWarpsPerWarpgroup = 4;
 // Rows of the padded per-row buffers (lse·log2e, D, the dQ accumulator): a multiple of every
 // kBlockM, so a stage's statistics are one whole 16-byte-aligned bulk copy.
 constexpr int kRowPad = 128;
@@ -230,6 +229,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kBlockN = T::kBlockN;
   constexpr int kHeadDim = T::kHeadDim;
   constexpr int kStages = T::kStages;
+  constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;  // arrivals on an empty barrier
   extern __shared__ unsigned char smem_raw[];
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
 
@@ -313,10 +313,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const std::uint32_t q_s = q_addr + stage * T::kQBytes;
     const std::uint32_t do_s = do_addr + stage * T::kQBytes;
     hopper::mbarrier_wait(&st.full[stage], hopper::ring_parity<kStages>(it));
-    // Per block, and left uninitialised: each product's first k16 step overwrites its accumulator
-    // (accumulate = 0), but the wgmma asm names it as read too, so an array declared outside the
-    // loop would keep the previous block's values alive across the whole block (what made the
-    // D = 128 kernel spill).
+    // Per block and left uninitialised: each product's first k16 step overwrites its accumulator
+    // (accumulate = 0), so nothing of the previous block needs to stay live in them.
     float s[kBlockM / 2];   // Sᵀ, then Pᵀ
     float dp[kBlockM / 2];  // dPᵀ, then dSᵀ
     float dq[T::kDqChunk / 2];
