@@ -20,7 +20,7 @@ A chapter asks for a table with a marker pair; everything between them is replac
         PyTorch's cuDNN (one process, one timing method); with FlashAttention-4 rows, its column
         and each variant's ratio to it too. A backward file (peers.py --pass bwd, "pass": "bwd")
         gives the backward's table: the ladder's cuDNN row is step 98's, and PyTorch's
-        FlashAttention-2 backend has a column
+        FlashAttention-2 backend has a column, and each variant its ratio to it (× FA2)
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
@@ -360,12 +360,15 @@ def crosscheck_table(spec):
     fa4 = any(r["name"] == "fa4" and "tflops" in r for r in rows)
     head = ("| B | H | N | D | mask | PyTorch cuDNN |" + (" PyTorch FA2 |" if backward else "") + " ladder's cuDNN |"
             + (" FA4 | FA4 × cuDNN |" if fa4 else "")
-            + "".join(f" {i} | × cuDNN |" + (" × FA4 |" if fa4 else "") for i in ids))
-    ncols = 7 + (1 if backward else 0) + (2 if fa4 else 0) + len(ids) * (3 if fa4 else 2)
+            + "".join(f" {i} | × cuDNN |" + (" × FA4 |" if fa4 else "") + (" × FA2 |" if backward else "")
+                      for i in ids))
+    ncols = (7 + (1 if backward else 0) + (2 if fa4 else 0)
+             + len(ids) * (2 + (1 if fa4 else 0) + (1 if backward else 0)))
     what = ("Backward (dQ, dK, dV from dO; FLOPs 2.5× the forward's), TFLOP/s" if backward else "TFLOP/s")
     out = [f"{what} in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
            "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
-           + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "") + ".\n",
+           + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "")
+           + ("; × FA2 = the ladder variant / PyTorch's FlashAttention-2 backend" if backward else "") + ".\n",
            head, "|" + "---|" * ncols]
     for key in shapes:
         b, h, n, d, causal = key
@@ -379,7 +382,8 @@ def crosscheck_table(spec):
             cells += [_num(f4), _ratio(f4, ref)]
         for i in ids:
             t = _tf(by, "ladder:" + i, key)
-            cells += [_num(t), _ratio(t, ref)] + ([_ratio(t, f4)] if fa4 else [])
+            cells += ([_num(t), _ratio(t, ref)] + ([_ratio(t, f4)] if fa4 else [])
+                      + ([_ratio(t, _tf(by, "sdpa-flash", key))] if backward else []))
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     if any(r.get("output_check") == "FAIL" for r in rows):
