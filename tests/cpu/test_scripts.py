@@ -371,6 +371,8 @@ def test_tables(tmp):
     check("| PyTorch cuDNN | PyTorch FA2 | ladder's cuDNN | FA4 |" in t
           and "| 4 | 8 | 4096 | 64 | none | 400.0 | 250.0 | 410.0 | 500.0 | 1.25× | 300.0 | 0.75× | 0.60× |" in t,
           "backward crosscheck: the FA2 column, step 98's cuDNN row (not 99's), the ratios")
+    check("| 24/fa2 | × cuDNN | × FA4 | × FA2 |" in t and "| 0.75× | 0.60× | 1.20× |" in t,
+          "backward crosscheck: each variant's ratio to PyTorch's FA2 backend (the mma.sync target)")
     check("| causal | 300.0 | — | — |" in t and "(dQ, dK or dV)" in t and "--pass bwd" in t,
           "backward crosscheck: a FAIL row, the footer's command")
     t = make_tables.render("compare compare.json")
