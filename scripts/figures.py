@@ -24,7 +24,7 @@
 
   part5-loop.png          FlashAttention-2's backward loop (step 24): K/V blocks outer, Q blocks
                           inner, dK/dV in registers, dQ by atomics; non-causal and causal.
-  part5-schedule.png      the Hopper backward (step 25): one Q block's loads, five products and
+  part5-schedule.png      the Hopper backward (step 25): two Q blocks' loads, five products and
                           dQ accumulation (schematic).
 
 The schedules are computed from the kernels' own formulas (the `tile_index` / `decode` of
@@ -452,8 +452,8 @@ def fig_backward_schedule(out):
     ax.set_ylim(-0.6, 3.3)
     ax.axis("off")
     ax.text(end / 2 - 1, 3.05, "The Hopper backward (step 25), two Q blocks of one K/V column: the first two "
-            "products need only the loaded tiles; P and dS go through shared memory in the element type to feed "
-            "the other three", ha="center", fontsize=8)
+            "products need only the loaded tiles; computed as Sᵀ and dPᵀ (keys as rows), P and dS stay in registers "
+            "for dV and dK, and only dS goes through shared memory, for dQ", ha="center", fontsize=8)
     ax.text(end / 2 - 1, -0.5, "Schematic, durations illustrative (the five products have equal FLOPs). "
             "K, V and the dK, dV accumulators stay on chip for the whole column.", ha="center", fontsize=7,
             color=GREY)
