@@ -22,6 +22,10 @@
                           step 06 and PyTorch's backends as lines (results/h200/2026-11-30-softmax-
                           series.json and -softmax-peers.json: measured, not schematic).
 
+  part5-naive-ledger.png  step 23's byte ledger at B=4 H=8 N=8192 D=64: the bytes each of its seven
+                          kernels moves through the two fp32 N×N matrices (P and dP/dS) beside the
+                          backward's minimum; from the step's own ledger formula (naive_backward.cu,
+                          ledger()): a model of the traffic, not a measurement.
   part5-loop.png          FlashAttention-2's backward loop (step 24): K/V blocks outer, Q blocks
                           inner, dK/dV in registers, dQ by atomics; non-causal and causal.
   part5-schedule.png      the Hopper backward (step 25): two Q blocks' loads, five products and
@@ -386,6 +390,54 @@ def fig_part3(out):
 
 # ---------------------------------------------------------------- Part V: the backward pass
 
+def naive_ledger(b, h, n, d, out_cols=64):
+    """(kernel, GB written, GB read) of the N×N matrices, and the backward's minimum in GB."""
+    nn = b * h * n * n * 4 / 1e9  # one fp32 [B, H, N, N] matrix
+    col_blocks = math.ceil(d / out_cols)  # the gradient kernels read their matrix once per 64 columns
+    rows = [
+        ("1  D = rowsum(dO∘O)", 0.0, 0.0),
+        ("2  P = exp(S·scale − lse)", nn, 0.0),
+        ("3  dP = dO Vᵀ", nn, 0.0),
+        ("4  dS = P∘(dP − D)", nn, 2 * nn),
+        ("5  dV = Pᵀ dO", 0.0, col_blocks * nn),
+        ("6  dQ = scale·dS K", 0.0, col_blocks * nn),
+        ("7  dK = scale·dSᵀ Q", 0.0, col_blocks * nn),
+    ]
+    elements = b * h * n * d
+    minimum = (8 * elements * 2 + 4 * b * h * n) / 1e9  # ladder::backward_min_bytes
+    return rows, minimum
+
+
+def fig_naive_ledger(out):
+    """Step 23's byte ledger (naive_ledger): a model of the traffic, not a measurement."""
+    b, h, n, d = 4, 8, 8192, 64
+    rows, minimum = naive_ledger(b, h, n, d)
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    labels = [r[0] for r in rows][::-1] + ["the backward's minimum (all kernels)"]
+    written = [r[1] for r in rows][::-1] + [0.0]
+    read = [r[2] for r in rows][::-1] + [0.0]
+    y = range(len(labels))
+    ax.barh(y, written, color="#c0392b", label="N×N bytes written")
+    ax.barh(y, read, left=written, color="#e6a23c", label="N×N bytes read")
+    ax.barh([len(labels) - 1], [minimum], color="#2c7fb8", label="Q, K, V, O, dO, LSE in; dQ, dK, dV out")
+    for i, (w, r) in enumerate(zip(written, read)):
+        if w + r > 0:
+            ax.text(w + r + 0.3, i, f"{w + r:.1f} GB", va="center", fontsize=8)
+    ax.text(minimum + 0.3, len(labels) - 1, f"{minimum:.2f} GB", va="center", fontsize=8)
+    total = sum(w + r for _, w, r in rows) + minimum
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel("GB through global memory (a model: every re-read of Q, K, V, dO, O assumed cached)")
+    ax.set_title(f"Step 23's ledger, B={b} H={h} N={n} D={d}: {total:.1f} GB in all, "
+                 f"{total / minimum:.0f}× the minimum", fontsize=10)
+    ax.set_xlim(0, max(w + r for _, w, r in rows) * 1.25)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / "part5-naive-ledger.png", dpi=130)
+    plt.close(fig)
+    return total, minimum
+
+
 def fig_backward_loop(out):
     """FA2's backward (step 24): a CTA owns one K/V block (a column of the score matrix), keeps
     dK and dV in registers, walks the Q blocks down the column and adds each block's dQ share
@@ -473,6 +525,7 @@ def main():
     spans = fig_causal_walk(out)
     fig_tile_waves(out)
     part3 = fig_part3(out)
+    fig_naive_ledger(out)
     fig_backward_loop(out)
     fig_backward_schedule(out)
     for name, s in spans.items():

@@ -74,19 +74,10 @@ struct CudnnBackwardGraph {
 std::unique_ptr<CudnnBackwardGraph> build_graph(cudnnHandle_t handle, const CudnnBackwardKey& key) {
   auto built = std::make_unique<CudnnBackwardGraph>();
   fe::graph::Graph& graph = built->graph;
-  // fp16 (or bf16) in and out; P, dP, dS and the accumulators in fp32, like the lessons.
-  graph.set_io_data_type(key.dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-
-  // [B, H, N, D] contiguous for every operand and gradient: the harness's layout, and PyTorch's.
+  set_attention_data_types(graph, key.dtype);
   const std::int64_t b = key.batch, h = key.heads, n = key.seqlen, d = key.head_dim;
-  const std::vector<std::int64_t> dims = {b, h, n, d};
-  const std::vector<std::int64_t> strides = {h * n * d, n * d, d, 1};
-  auto input = [&](const char* name, std::int64_t uid) {
-    return graph.tensor(
-        fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
-  };
+  const std::vector<std::int64_t> dims = {b, h, n, d}, strides = bhnd_strides(h, n, d);
+  auto input = [&](const char* name, std::int64_t uid) { return bhnd_tensor(graph, name, uid, b, h, n, d); };
   auto q = input("Q", kUidQ);
   auto k = input("K", kUidK);
   auto v = input("V", kUidV);

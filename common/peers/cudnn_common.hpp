@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/peers/cudnn_attention.hpp"  // BuildOnceCache, LibraryRefusal
 
@@ -98,6 +99,27 @@ void check_fe(cudnn_frontend::error_t status, const char* step, CudnnStage stage
       break;
   }
   throw std::runtime_error(what + ". " + kCudnnLogHint);
+}
+
+// The part of an attention graph both peers describe alike: fp16 (or bf16) in and out with the
+// softmax, the products and their accumulators in fp32, like the lessons; and a tensor in the
+// harness's [B, H, N, D] contiguous layout (PyTorch's SDPA layout too).
+inline void set_attention_data_types(cudnn_frontend::graph::Graph& graph, DType dtype) {
+  graph.set_io_data_type(dtype == DType::BF16 ? cudnn_frontend::DataType_t::BFLOAT16 : cudnn_frontend::DataType_t::HALF)
+      .set_intermediate_data_type(cudnn_frontend::DataType_t::FLOAT)
+      .set_compute_data_type(cudnn_frontend::DataType_t::FLOAT);
+}
+inline std::vector<std::int64_t> bhnd_strides(std::int64_t h, std::int64_t n, std::int64_t d) {
+  return {h * n * d, n * d, d, 1};
+}
+inline std::shared_ptr<cudnn_frontend::graph::Tensor_attributes> bhnd_tensor(
+    cudnn_frontend::graph::Graph& graph, const char* name, std::int64_t uid, std::int64_t b,
+    std::int64_t h, std::int64_t n, std::int64_t d) {
+  return graph.tensor(cudnn_frontend::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim({b, h, n, d})
+                          .set_stride(bhnd_strides(h, n, d)));
 }
 
 // A cuDNN handle. cudnnCreate costs milliseconds and loads cuDNN's sub-libraries; it binds the
