@@ -384,10 +384,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     stage_a_rows<kBlockM, kBlockN>(ds_a, st.ds[ds_stage], key_local, t);
     hopper::fence_proxy_async_smem();
 
-    // dV += Pᵀ dO and dK += dSᵀ Q: the keys' gradients, A from registers.
+    // dV += Pᵀ dO, A from registers; dK follows the first dQ product (below), so that the tensor
+    // cores have dK to run while the warps write that product out.
     hopper::wgmma_fence();
     hopper::issue_pv<kBlockM, Element>(acc_dv, p_a, do_s);
-    hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
     hopper::wgmma_commit();
 
     // dQ = dS K over the whole key block: every consumer's rows of dSᵀ must be in place.
@@ -412,17 +412,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       hopper::wgmma_commit();
       if (i == 0) {
-        // The older group, dV and dK, is done: Pᵀ and dSᵀ's registers are free and the stage's
-        // Q and dO may be refilled, while this dQ product still runs.
+        // dK += dSᵀ Q, A from registers, queued behind this dQ product: waiting for all but the
+        // newest group leaves dK running while dQ is written out.
+        hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
+        hopper::wgmma_commit();
         hopper::wgmma_wait<1>();
         hopper::fence_registers(acc_dv);
-        hopper::fence_registers(acc_dk);
         hopper::fence_registers(p_a);
-        hopper::fence_registers(ds_a);
-        __syncwarp();
-        if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+      } else {
+        hopper::wgmma_wait<0>();
       }
-      hopper::wgmma_wait<0>();
       hopper::fence_registers(dq);
       // The warp's 16 rows go to global memory by one bulk reduce-add (a float add per element
       // in the L2: the CTAs of the head's other key blocks add into the same rows), so the
@@ -447,6 +446,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         hopper::tma_store_commit();
       }
     }
+    // dK is done: dSᵀ's registers are free and the stage's Q and dO may be refilled.
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(acc_dk);
+    hopper::fence_registers(ds_a);
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
   };
 
   // Masked blocks first: every block of a key block with keys past N; causal, the query blocks
