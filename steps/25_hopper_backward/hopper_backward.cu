@@ -20,7 +20,9 @@
 //     registers for those two. Only dQ needs dS with queries on the rows; the warpgroups write
 //     dSᵀ (rows keys, queries contiguous) and wgmma reads it transposed;
 //   * dQ sums over every key block, i.e. over CTAs: each CTA adds its dS K into an fp32
-//     accumulator in the workspace with atomics (so reruns differ in the last bits);
+//     accumulator in the workspace, a warp's 16 rows at a time staged in shared memory and added
+//     by one bulk reduce-add in the L2 (float adds in no fixed order: reruns differ in the last
+//     bits); the warpgroup's tensor cores run dK meanwhile;
 //   * a preprocess kernel computes D_i and lse·log2(e) into row buffers padded to kRowPad rows
 //     (padding rows get lse = +inf and D = 0, so their P and dS are exactly 0 without a mask) and
 //     zeroes the dQ accumulator; a convert kernel writes dQ = scale·accumulator in the element type.
@@ -425,8 +427,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::fence_registers(dq);
       // The warp's 16 rows go to global memory by one bulk reduce-add (a float add per element
       // in the L2: the CTAs of the head's other key blocks add into the same rows), so the
-      // warp issues 8 shared stores instead of 16 atomics. Its buffer's previous reduce, issued
-      // by lane 0, must have read it first.
+      // warp spends 8 shared stores and one bulk operation on it, no per-element atomics. Its
+      // buffer's previous reduce, issued by lane 0, must have read it first.
       // The warp and lane are re-read from threadIdx.x here rather than kept live across the block.
       const int dq_lane = int(threadIdx.x) % 32;
       const int dq_warp = int(threadIdx.x) / 32 - kWarpgroupThreads / 32;  // among the consumers
@@ -586,7 +588,7 @@ ladder::Variant variant(const char* name, const char* description) {
       // grid.y is the key blocks of a head
       .up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers)
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .nondeterministic()  // dQ: float atomics from every key block
+      .nondeterministic()  // dQ: float adds from every key block, in no fixed order
       .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
       .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128>() : kernels<kConsumers, 64>(); });
 }
@@ -595,7 +597,7 @@ LADDER_REGISTER_STEP(
     ladder::backward_step(25, "hopper_backward", "The Hopper backward: wgmma, TMA and a producer warp", "24/atomic")
         .add(variant<1>("one_consumer",
                         "64 keys per CTA, one consumer warpgroup: S^T, dP^T, dV, dK, dQ on wgmma, "
-                        "Q/dO ring by TMA, dQ by fp32 atomics"))
+                        "Q/dO ring by TMA, dQ by fp32 bulk reduce-add"))
         .add(variant<2>("two_consumers",
                         "128 keys per CTA, two consumer warpgroups (64 keys each) and setmaxnreg; "
                         "FlashAttention-3's tiles: 128 query rows per block at D=64, 64 at D=128"))
