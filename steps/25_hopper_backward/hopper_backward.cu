@@ -20,7 +20,9 @@
 //     registers for those two. Only dQ needs dS with queries on the rows; the warpgroups write
 //     dSᵀ (rows keys, queries contiguous) and wgmma reads it transposed;
 //   * dQ sums over every key block, i.e. over CTAs: each CTA adds its dS K into an fp32
-//     accumulator in the workspace with atomics (so reruns differ in the last bits);
+//     accumulator in the workspace, a warp's 16 rows at a time staged in shared memory and added
+//     by one bulk reduce-add in the L2 (float adds in no fixed order: reruns differ in the last
+//     bits); the warpgroup's tensor cores run dK meanwhile;
 //   * a preprocess kernel computes D_i and lse·log2(e) into row buffers padded to kRowPad rows
 //     (padding rows get lse = +inf and D = 0, so their P and dS are exactly 0 without a mask) and
 //     zeroes the dQ accumulator; a convert kernel writes dQ = scale·accumulator in the element type.
@@ -84,6 +86,8 @@ struct Tile {
   // other buffer, so the one barrier per block also orders the reuse (see below).
   static constexpr int kDsStages = 2;
   static constexpr int kDqChunk = 64;  // dQ columns per wgmma chain (a 64-column block of K)
+  // A warp's share of a 64 × 64 dQ product: its 16 rows, staged for one bulk reduce-add.
+  static constexpr int kDqWarpFloats = 16 * kDqChunk;
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // K or V
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);   // Q or dO
   static constexpr std::uint32_t kRowBytes = kBlockM * sizeof(float);              // lse or D
@@ -105,6 +109,8 @@ struct Tile {
     alignas(hopper::kSwizzleAlign) Element d_o[kStages][kBlockM * kHeadDim];
     // dSᵀ: rows are the block's keys, columns its queries, [kBlockM/64][kBlockN][64].
     alignas(hopper::kSwizzleAlign) Element ds[kDsStages][kBlockN * kBlockM];
+    // Each consumer warp's dQ rows of its current product, in fragment order (see dq_offset).
+    alignas(16) float dq[kConsumers * kWarpgroupThreads / 32][kDqWarpFloats];
     alignas(16) float lse[kStages][kBlockM];  // lse·log2(e) of the stage's query rows
     alignas(16) float d[kStages][kBlockM];    // D_i of the stage's query rows
     std::uint64_t kv_full;                    // K and V have landed
@@ -149,6 +155,22 @@ __device__ __forceinline__ void stage_a_rows(const std::uint32_t (&a)[kCols / 16
   }
 }
 
+// ---- The dQ accumulator's layout -----------------------------------------------------------------
+// [B·H][n_pad/64 row tiles][D/64 column chunks][4 warps][8 n8 tiles j][32 lanes][4]: a warp's 16
+// rows of a 64 × 64 product are 4 KB contiguous, laid out exactly as its accumulator fragments
+// (lane 4g + t holds rows g, g + 8 at columns 8j + 2t, +1), so a consumer writes them to shared
+// memory with conflict-free 16-byte stores and adds them to global memory with one bulk
+// reduce-add. The float offset, within a head, of (row, col), col even (col + 1 follows it).
+template <int kHeadDim>
+__host__ __device__ __forceinline__ std::int64_t dq_offset(int row, int col) {
+  constexpr int kChunk = 64;
+  const int r = row % 64, c = col % kChunk;
+  const int warp = r / 16, g = r % 8, h = (r % 16) / 8;
+  const int j = c / 8, t = (c % 8) / 2;
+  const std::int64_t tile = std::int64_t(row / 64) * (kHeadDim / kChunk) + col / kChunk;
+  return tile * (64 * kChunk) + warp * (16 * kChunk) + (j * 32 + 4 * g + t) * 4 + 2 * h + (c % 2);
+}
+
 // ---- The preprocess kernel: D_i, lse·log2(e), a zeroed dQ accumulator --------------------------
 // One warp per padded row; rows past N get D = 0 and lse = +inf (their P = exp2(−inf) = 0).
 constexpr int kPrepWarps = 8;
@@ -190,7 +212,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
 }
 
 // ---- The convert kernel: dQ = scale · accumulator, in the element type ------------------------
-// Four elements per thread: a float4 read, two 4-byte writes.
+// Four elements per thread: two float2 reads (dq_offset), two 4-byte writes.
 constexpr int kConvertThreads = 256;
 
 template <int kHeadDim, class Element>
@@ -204,9 +226,11 @@ __global__ void __launch_bounds__(kConvertThreads)
     const int col = int(e % kHeadDim);
     const std::int64_t bh = row / n;
     const std::int64_t i = row % n;
-    const float4 v = *reinterpret_cast<const float4*>(dq_acc + (bh * n_pad + i) * kHeadDim + col);
-    hopper::store2(dq + e, v.x * scale, v.y * scale);
-    hopper::store2(dq + e + 2, v.z * scale, v.w * scale);
+    const float* head = dq_acc + bh * n_pad * kHeadDim;
+    const float2 lo = *reinterpret_cast<const float2*>(head + dq_offset<kHeadDim>(int(i), col));
+    const float2 hi = *reinterpret_cast<const float2*>(head + dq_offset<kHeadDim>(int(i), col + 2));
+    hopper::store2(dq + e, lo.x * scale, lo.y * scale);
+    hopper::store2(dq + e + 2, hi.x * scale, hi.y * scale);
   }
 }
 
@@ -286,9 +310,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   // This thread's rows of the warpgroup's accumulators: keys key_local, key_local + 8 of the block
-  // (Sᵀ, dPᵀ, dK, dV) and queries q_local, q_local + 8 of a 64-query block (dQ).
+  // (Sᵀ, dPᵀ, dK, dV); its dQ rows are the warp's 16 of a 64-query block (dq_offset).
   const int key_local = consumer * 64 + warp_in_wg * 16 + g;
-  const int q_local = warp_in_wg * 16 + g;
 
   // Descriptor bases: this warpgroup's 64 keys of K and V (A of Sᵀ and dPᵀ); Q, dO, dS at stage 0.
   const std::uint32_t k_rows = ptx::smem_addr(st.k) + consumer * 64 * hopper::kSwizzleRowBytes;
@@ -363,10 +386,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     stage_a_rows<kBlockM, kBlockN>(ds_a, st.ds[ds_stage], key_local, t);
     hopper::fence_proxy_async_smem();
 
-    // dV += Pᵀ dO and dK += dSᵀ Q: the keys' gradients, A from registers.
+    // dV += Pᵀ dO, A from registers; dK follows the first dQ product (below), so that the tensor
+    // cores have dK to run while the warps write that product out.
     hopper::wgmma_fence();
     hopper::issue_pv<kBlockM, Element>(acc_dv, p_a, do_s);
-    hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
     hopper::wgmma_commit();
 
     // dQ = dS K over the whole key block: every consumer's rows of dSᵀ must be in place.
@@ -391,28 +414,46 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       }
       hopper::wgmma_commit();
       if (i == 0) {
-        // The older group, dV and dK, is done: Pᵀ and dSᵀ's registers are free and the stage's
-        // Q and dO may be refilled, while this dQ product still runs.
+        // dK += dSᵀ Q, A from registers, queued behind this dQ product: waiting for all but the
+        // newest group leaves dK running while dQ is written out.
+        hopper::issue_pv<kBlockM, Element>(acc_dk, ds_a, q_s);
+        hopper::wgmma_commit();
         hopper::wgmma_wait<1>();
         hopper::fence_registers(acc_dv);
-        hopper::fence_registers(acc_dk);
         hopper::fence_registers(p_a);
-        hopper::fence_registers(ds_a);
-        __syncwarp();
-        if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+      } else {
+        hopper::wgmma_wait<0>();
       }
-      hopper::wgmma_wait<0>();
       hopper::fence_registers(dq);
+      // The warp's 16 rows go to global memory by one bulk reduce-add (a float add per element
+      // in the L2: the CTAs of the head's other key blocks add into the same rows), so the
+      // warp spends 8 shared stores and one bulk operation on it, no per-element atomics. Its
+      // buffer's previous reduce, issued by lane 0, must have read it first.
+      // The warp and lane are re-read from threadIdx.x here rather than kept live across the block.
+      const int dq_lane = int(threadIdx.x) % 32;
+      const int dq_warp = int(threadIdx.x) / 32 - kWarpgroupThreads / 32;  // among the consumers
+      float* dq_stage = st.dq[dq_warp];
+      if (dq_lane == 0) hopper::tma_store_wait_read();
+      __syncwarp();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float* dst = dq_head + std::int64_t(m * kBlockM + mb * 64 + q_local + 8 * h) * kHeadDim +
-                     c * T::kDqChunk + 2 * t;
-#pragma unroll
-        for (int j = 0; j < T::kDqChunk / 8; ++j)
-          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
-                    make_float2(dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]));
+      for (int j = 0; j < T::kDqChunk / 8; ++j)
+        *reinterpret_cast<float4*>(dq_stage + (j * 32 + dq_lane) * 4) =
+            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      hopper::fence_proxy_async_smem();  // the bulk reduce reads what the stores wrote
+      __syncwarp();
+      if (dq_lane == 0) {
+        const int row = m * kBlockM + mb * 64 + (dq_warp % 4) * 16;  // < n_pad: kBlockM divides kRowPad
+        hopper::bulk_reduce_add_f32(dq_head + dq_offset<kHeadDim>(row, c * T::kDqChunk), dq_stage,
+                                    T::kDqWarpFloats * sizeof(float));
+        hopper::tma_store_commit();
       }
     }
+    // dK is done: dSᵀ's registers are free and the stage's Q and dO may be refilled.
+    hopper::wgmma_wait<0>();
+    hopper::fence_registers(acc_dk);
+    hopper::fence_registers(ds_a);
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
   };
 
   // Masked blocks first: every block of a key block with keys past N; causal, the query blocks
@@ -432,6 +473,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const std::int64_t head = std::int64_t(bh) * n * kHeadDim;
   hopper::store_o_rows<kHeadDim>(acc_dk, dk + head, kv_start + key_local, n, t);
   hopper::store_o_rows<kHeadDim>(acc_dv, dv + head, kv_start + key_local, n, t);
+  if (lane == 0) hopper::tma_store_wait_all();  // the last reduce, before shared memory goes
 #elif defined(__CUDA_ARCH__)
   __trap();  // built without sm_90a: never reached (the variant refuses), never silent
 #endif  // LADDER_SM90A
@@ -546,7 +588,7 @@ ladder::Variant variant(const char* name, const char* description) {
       // grid.y is the key blocks of a head
       .up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers)
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .nondeterministic()  // dQ: float atomics from every key block
+      .nondeterministic()  // dQ: float adds from every key block, in no fixed order
       .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
       .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128>() : kernels<kConsumers, 64>(); });
 }
@@ -555,7 +597,7 @@ LADDER_REGISTER_STEP(
     ladder::backward_step(25, "hopper_backward", "The Hopper backward: wgmma, TMA and a producer warp", "24/atomic")
         .add(variant<1>("one_consumer",
                         "64 keys per CTA, one consumer warpgroup: S^T, dP^T, dV, dK, dQ on wgmma, "
-                        "Q/dO ring by TMA, dQ by fp32 atomics"))
+                        "Q/dO ring by TMA, dQ by fp32 bulk reduce-add"))
         .add(variant<2>("two_consumers",
                         "128 keys per CTA, two consumer warpgroups (64 keys each) and setmaxnreg; "
                         "FlashAttention-3's tiles: 128 query rows per block at D=64, 64 at D=128"))

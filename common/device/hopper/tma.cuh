@@ -120,6 +120,16 @@ __device__ __forceinline__ void tma_store_tile(const CUtensorMap* map, const voi
       "r"(0), "r"(row), "r"(column_block), "r"(head), "r"(ptx::smem_addr(src))
       : "memory");
 }
+// Add `bytes` contiguous fp32 values of shared memory into global memory (dst[i] += src[i]), done
+// by the copy engine and the L2 rather than by per-thread atomics. `dst`, `src` and `bytes` must
+// be multiples of 16. Each element's add is atomic, the whole is not: concurrent reducers into the
+// same range are fine, their order is not fixed. Completes like a store: commit, then wait.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(dst)),
+               "r"(ptx::smem_addr(src)), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
