@@ -87,6 +87,11 @@ struct Tile {
   // hoists the fragments of every step ahead of their mma and spills.
   static constexpr int kDUnroll = kHeadDim_ == 128 ? 2 : kHeadDim_ / 16;
   static constexpr int kDSteps = kHeadDim / 16;          // k16 steps of Sᵀ, dPᵀ (head dims)
+  // The warp's A fragments of K and V (its 16 keys × D) held in registers for the whole loop
+  // rather than read from shared memory again for each half of each step: 2 × kDSteps × 4
+  // registers, 32 at D = 64, which fit beside dK and dV; the 64 of D = 128 do not.
+  static constexpr bool kKVInRegisters = kHeadDim_ == 64;
+  static constexpr int kKVFragSteps = kKVInRegisters ? kDSteps : 1;
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
   // dQ = dS K for the step's [kBlockM × D]: 4 warps along queries (one m16 tile each) × 2 along D.
   static constexpr int kDqWarpsM = kBlockM / 16;
@@ -281,8 +286,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   };
 
   // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
+  // K and V are one cp.async group and the first query block the next, so that K and V's
+  // fragments can be taken into registers while the query block is still in flight.
   load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
   load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
+  ptx::cp_async_commit();
   load_query_block(m_last, 0);
   ptx::cp_async_commit();
 
@@ -291,6 +299,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int b_row = frag::ldsm_b_row(lane), b_col = frag::ldsm_b_col(lane);
   const int warp_key = warp * T::kKeysPerWarp;        // the warp's first key in the CTA's block
   const int key_w0 = k0 + warp_key;                   // ... in the sequence
+
+  // kKVInRegisters: the warp's K and V fragments, once (only this warp reads its rows of s_k and
+  // s_v here, but the rows were written by every thread's cp.async: a CTA-wide barrier).
+  std::uint32_t kv_frag[T::kKVFragSteps][2][4];
+  if constexpr (T::kKVInRegisters) {
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < T::kDSteps; ++kk) {
+      ptx::ldmatrix_x4(kv_frag[kk][0], at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+      ptx::ldmatrix_x4(kv_frag[kk][1], at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+    }
+  }
 
   float acc_dk[T::kDTiles][4], acc_dv[T::kDTiles][4];
 #pragma unroll
@@ -333,8 +354,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll(T::kDUnroll)
         for (int kk = 0; kk < T::kDSteps; ++kk) {
           std::uint32_t a_k[4], a_v[4];
-          ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
-          ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+          if constexpr (T::kKVInRegisters) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a_k[r] = kv_frag[kk][0][r], a_v[r] = kv_frag[kk][1][r];
+          } else {
+            ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+            ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+          }
 #pragma unroll
           for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
             std::uint32_t b[4];
