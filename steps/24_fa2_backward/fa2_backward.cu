@@ -62,8 +62,14 @@ namespace swz = ladder::swizzle;
 
 constexpr int kWarpSize = 32;
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
-constexpr int kBlockM = 64;      // queries per step of the main loop (Br)
-constexpr int kBlockN = 128;     // keys per CTA (Bc)
+constexpr int kBlockN = 128;     // keys per CTA (Bc); the queries per step (Br) are Tile::kBlockM
+// lse·log2(e) and D are padded to whole blocks of kRowPad queries, a multiple of every tile's
+// kBlockM; the deterministic kernel's semaphores, one per block of kMinBlockM queries, cover
+// every tile's query blocks.
+constexpr int kRowPad = 128;
+constexpr int kMinBlockM = 64;
+constexpr int padded_rows(int n) { return ceil_div(n, kRowPad) * kRowPad; }
+constexpr int semaphores_per_head(int n) { return ceil_div(n, kMinBlockM); }
 constexpr int kAuxThreads = 256; // preprocess and convert
 
 // ---- The main kernel's tile -------------------------------------------------------------------
@@ -74,12 +80,16 @@ struct Tile {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
+  // Queries per step of the main loop (Br): 128 at D = 64, as FlashAttention-2 takes there (half
+  // the steps, so half the barriers and prefetches per query, and dQ's K read once per 128
+  // queries), 64 at D = 128, where dQ's accumulators for 128 queries would not fit.
+  static constexpr int kBlockM = kHeadDim_ == 64 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;  // one m16 tile of Sᵀ
-  // Sᵀ and dPᵀ are computed kSubM queries at a time, two halves of the step, so that they take
-  // 2 × 16 fp32 instead of 2 × 32 beside dK and dV (with the whole step at once, ptxas spilled at
-  // D = 128 and, causal, at D = 64).
+  // Sᵀ and dPᵀ are computed kSubM queries at a time, sub-blocks of the step, so that they take
+  // 2 × 16 fp32 beside dK and dV instead of 2 × 32 for a 64-query step (with a whole 64-query
+  // step at once, ptxas spilled at D = 128 and, causal, at D = 64).
   static constexpr int kSubM = 32;
   static constexpr int kQTiles = kSubM / 8;              // n8 tiles of Sᵀ, dPᵀ (queries)
   static constexpr int kQSteps = kSubM / 16;             // k16 steps of dV, dK (queries)
@@ -93,7 +103,8 @@ struct Tile {
   static constexpr bool kKVInRegisters = kHeadDim_ == 64;
   static constexpr int kKVFragSteps = kKVInRegisters ? kDSteps : 1;
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
-  // dQ = dS K for the step's [kBlockM × D]: 4 warps along queries (one m16 tile each) × 2 along D.
+  // dQ = dS K for the step's [kBlockM × D]: kBlockM / 16 warps along queries (one m16 tile each)
+  // × the rest along D (8 × 1 at D = 64, 4 × 2 at D = 128).
   static constexpr int kDqWarpsM = kBlockM / 16;
   static constexpr int kDqCols = kHeadDim / (kWarps / kDqWarpsM);
   static constexpr int kDqTiles = kDqCols / 8;
@@ -112,6 +123,7 @@ struct Tile {
 
   static_assert(kKeysPerWarp == 16 && kWarps % kDqWarpsM == 0 && kDqTiles % 2 == 0);
   static_assert(kBlockN % kBlockM == 0, "a causal CTA's first query block is k0 / kBlockM");
+  static_assert(kRowPad % kBlockM == 0 && kBlockM % kMinBlockM == 0);
 };
 
 // ---- Workspace ---------------------------------------------------------------------------------
@@ -125,12 +137,12 @@ WorkspaceLayout workspace_layout(const AttentionShape& s) {
   constexpr std::size_t kAlign = 256;
   const auto aligned = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
   const std::size_t bh = std::size_t(s.batch) * s.heads;
-  const std::size_t m_blocks = ceil_div(s.seqlen, kBlockM);
+  const std::size_t rows = padded_rows(s.seqlen);
   WorkspaceLayout l;
   l.lse_log2 = l.dq_accum + aligned(bh * s.seqlen * s.head_dim * sizeof(float));
-  l.delta = l.lse_log2 + aligned(bh * m_blocks * kBlockM * sizeof(float));
-  l.sem = l.delta + aligned(bh * m_blocks * kBlockM * sizeof(float));
-  l.total = l.sem + aligned(bh * m_blocks * sizeof(int));
+  l.delta = l.lse_log2 + aligned(bh * rows * sizeof(float));
+  l.sem = l.delta + aligned(bh * rows * sizeof(float));
+  l.total = l.sem + aligned(bh * semaphores_per_head(s.seqlen) * sizeof(int));
   return l;
 }
 std::size_t workspace_bytes(const AttentionShape& s) { return workspace_layout(s).total; }
@@ -147,8 +159,8 @@ __global__ void __launch_bounds__(kAuxThreads)
                        int* __restrict__ dq_sem, int n) {
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kRows = kAuxThreads / kChunks;
-  const int m_blocks = ceil_div(n, kBlockM);
-  const int n_pad = m_blocks * kBlockM;
+  const int n_pad = padded_rows(n);
+  const int sems = semaphores_per_head(n);
   const int bh = blockIdx.y;
   const int row = blockIdx.x * kRows + threadIdx.x / kChunks;
   const int chunk = threadIdx.x % kChunks;
@@ -175,7 +187,7 @@ __global__ void __launch_bounds__(kAuxThreads)
     lse_log2[i] = row < n ? lse[std::int64_t(bh) * n + row] * kLog2e : INFINITY;
   }
   if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < m_blocks; i += kAuxThreads) dq_sem[std::int64_t(bh) * m_blocks + i] = 0;
+    for (int i = threadIdx.x; i < sems; i += kAuxThreads) dq_sem[std::int64_t(bh) * sems + i] = 0;
 }
 
 // ---- Global -> shared: a tile of kRows rows of D elements, 16 bytes per cp.async ----------------
@@ -241,6 +253,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                    int* __restrict__ dq_sem, int n, float scale_log2, float softmax_scale) {
   using E = typename T::Element;
   constexpr int kD = T::kHeadDim;
+  constexpr int kBlockM = T::kBlockM;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   E* s_k = reinterpret_cast<E*>(smem_raw);                       // [kBlockN][D]
   E* s_v = s_k + T::kKVElems;                                    // [kBlockN][D]
@@ -260,7 +273,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int bh = blockIdx.y;
   const int k0 = kb * kBlockN;
   const int m_blocks = ceil_div(n, kBlockM);
-  const int n_pad = m_blocks * kBlockM;
+  const int n_pad = padded_rows(n);
   // Causal: query i sees keys j <= i, so the first query block with a query >= k0 is k0 / kBlockM.
   // The loop walks the query blocks from the last down to that one (as FlashAttention-2 does):
   // then every key block of a head reaches query block m at the same step of its loop, which is
@@ -505,7 +518,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
       if (tid == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
+        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + m]);
         while (sem.load(cuda::memory_order_acquire) != dq_turn) {
         }
       }
@@ -524,7 +537,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kDeterministic) {
       __syncthreads();
       if (tid == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
+        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + m]);
         sem.store(dq_turn + 1, cuda::memory_order_release);
       }
     }
@@ -586,7 +599,7 @@ void launch_tile(const BackwardArgs& a, cudaStream_t stream) {
   auto* lse_log2 = reinterpret_cast<float*>(base + l.lse_log2);
   auto* delta = reinterpret_cast<float*>(base + l.delta);
   auto* dq_sem = reinterpret_cast<int*>(base + l.sem);
-  const int n_pad = ceil_div(n, kBlockM) * kBlockM;
+  const int n_pad = padded_rows(n);
 
   fa2_bwd_preprocess<E, kD><<<dim3(ceil_div(n_pad, kAuxRows), bh), kAuxThreads, 0, stream>>>(
       x.o, x.d_o, a.lse, lse_log2, delta, dq_accum, dq_sem, n);
@@ -624,7 +637,7 @@ std::vector<ladder::KernelInfo> kernels() {
   auto add = [&]<class E>(const char* type) {
     using T = Tile<kHeadDim, E, kDeterministic>;
     const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kHeadDim, kBlockN,
-                                        kBlockM, type, kDeterministic ? ",ordered dQ" : "");
+                                        T::kBlockM, type, kDeterministic ? ",ordered dQ" : "");
     const std::size_t first = out.size();
     out.push_back(ladder::kernel(ladder::strprintf("fa2_bwd_preprocess<D=%d%s>", kHeadDim, type),
                                  fa2_bwd_preprocess<E, kHeadDim>, kAuxThreads));
