@@ -103,9 +103,12 @@ struct Tile {
   static constexpr bool kKVInRegisters = kHeadDim_ == 64;
   static constexpr int kKVFragSteps = kKVInRegisters ? kDSteps : 1;
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
-  // dQ = dS K for the step's [kBlockM × D]: kBlockM / 16 warps along queries (one m16 tile each)
-  // × the rest along D (8 × 1 at D = 64, 4 × 2 at D = 128).
-  static constexpr int kDqWarpsM = kBlockM / 16;
+  // dQ = dS K for the step's [kBlockM × D]: kDqWarpsM warps along queries (kDqMTiles m16 tiles
+  // each) × the rest along D. At D = 64, 8 × 1 (16 × 64 each); at D = 128, 2 × 4 (32 × 32),
+  // where a warp then reads 8 KB of dS and 8 KB of K per step rather than 4 and 16 with 4 × 2.
+  static constexpr int kDqWarpsM = kHeadDim_ == 64 ? 8 : 2;
+  static constexpr int kDqMTiles = kBlockM / 16 / kDqWarpsM;
+  static constexpr int kDqRows = kDqMTiles * 16;
   static constexpr int kDqCols = kHeadDim / (kWarps / kDqWarpsM);
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kKeySteps = kBlockN / 16;         // k16 steps of dQ (keys)
@@ -122,6 +125,7 @@ struct Tile {
       sizeof(float) * 2 * kStages * kBlockM;
 
   static_assert(kKeysPerWarp == 16 && kWarps % kDqWarpsM == 0 && kDqTiles % 2 == 0);
+  static_assert(kDqMTiles >= 1 && kDqWarpsM * kDqRows == kBlockM);
   static_assert(kBlockN % kBlockM == 0, "a causal CTA's first query block is k0 / kBlockM");
   static_assert(kRowPad % kBlockM == 0 && kBlockM % kMinBlockM == 0);
 };
@@ -469,33 +473,40 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     __syncthreads();  // all of dSᵀ is in s_ds
 
-    // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's 16 × kDqCols ----
+    // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's kDqRows × kDqCols ----
     // A[query][key] = dS = (dSᵀ)ᵀ, stored [key][query]: ldmatrix.trans with the B map's addresses
     // hands each lane A's pairs (lane (g, t) gets rows 2t, 2t + 1 of column g of each 8×8 matrix,
     // and the B map orders the four matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
     // (k 8-15, m 8-15), which are a0..a3). B[key][d] = K[key][d]: .trans with the A map.
     const int dq_tid = reread_tid();
     const int dq_lane = dq_tid % kWarpSize;
-    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * 16;      // the warp's query rows
+    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * T::kDqRows;  // the warp's query rows
     const int dq_col = (dq_tid / kWarpSize / T::kDqWarpsM) * T::kDqCols;  // and head dims
     const int ds_row = frag::ldsm_b_row(dq_lane), ds_col = frag::ldsm_b_col(dq_lane);
     const int kt_row = frag::ldsm_a_row(dq_lane), kt_col = frag::ldsm_a_col(dq_lane);
-    float acc_dq[T::kDqTiles][4];
+    float acc_dq[T::kDqMTiles][T::kDqTiles][4];
 #pragma unroll
-    for (int nd = 0; nd < T::kDqTiles; ++nd)
+    for (int mt = 0; mt < T::kDqMTiles; ++mt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc_dq[nd][c] = 0.f;
+      for (int nd = 0; nd < T::kDqTiles; ++nd)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc_dq[mt][nd][c] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < T::kKeySteps; ++kk) {
-      std::uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + ds_col));
+      std::uint32_t a[T::kDqMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < T::kDqMTiles; ++mt)
+        ptx::ldmatrix_x4_trans(a[mt], at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + mt * 16 + ds_col));
 #pragma unroll
       for (int np = 0; np < T::kDqTiles / 2; ++np) {
         std::uint32_t b[4];
         ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + kt_row, dq_col + np * 16 + kt_col));
         const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-        ptx::mma_m16n8k16<E>(acc_dq[2 * np], a, b_lo);
-        ptx::mma_m16n8k16<E>(acc_dq[2 * np + 1], a, b_hi);
+#pragma unroll
+        for (int mt = 0; mt < T::kDqMTiles; ++mt) {
+          ptx::mma_m16n8k16<E>(acc_dq[mt][2 * np], a[mt], b_lo);
+          ptx::mma_m16n8k16<E>(acc_dq[mt][2 * np + 1], a[mt], b_hi);
+        }
       }
     }
 
@@ -525,15 +536,17 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       __syncthreads();
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = q0 + dq_row + g + 8 * h;
-      if (row < n) {
-        float* dst = dq_accum + head + std::int64_t(row) * kD + dq_col + 2 * t;
+    for (int mt = 0; mt < T::kDqMTiles; ++mt)
 #pragma unroll
-        for (int nd = 0; nd < T::kDqTiles; ++nd)
-          atomic_add2(dst + 8 * nd, acc_dq[nd][2 * h], acc_dq[nd][2 * h + 1]);
+      for (int h = 0; h < 2; ++h) {
+        const int row = q0 + dq_row + mt * 16 + g + 8 * h;
+        if (row < n) {
+          float* dst = dq_accum + head + std::int64_t(row) * kD + dq_col + 2 * t;
+#pragma unroll
+          for (int nd = 0; nd < T::kDqTiles; ++nd)
+            atomic_add2(dst + 8 * nd, acc_dq[mt][nd][2 * h], acc_dq[mt][nd][2 * h + 1]);
+        }
       }
-    }
     if constexpr (T::kDeterministic) {
       __syncthreads();
       if (tid == 0) {
