@@ -302,6 +302,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   };
 
+  // Deterministic: pass the turn at query block `mb` to the next key block (dq_turn below).
+  [[maybe_unused]] auto pass_turn = [&](int mb) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + mb]);
+    sem.store(kb + 1, cuda::memory_order_release);
+  };
+
   // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
   // K and V are one cp.async group and the first query block the next, so that K and V's
   // fragments can be taken into registers while the query block is still in flight.
@@ -471,6 +477,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                 s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
       }
     }
+    // Deterministic: the turn at the previous step's query block (m + 1) is passed on here, half
+    // a step after that step's atomics (see dq_turn below).
+    if constexpr (T::kDeterministic)
+      if (tid == 0 && m < m_last) pass_turn(m + 1);
     __syncthreads();  // all of dSᵀ is in s_ds
 
     // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's kDqRows × kDqCols ----
@@ -523,9 +533,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // A CTA only ever waits for lower key blocks of its head, launched before it and so running
     // or done: with blocks dispatched in launch order, as the hardware does (FlashAttention-3's
     // deterministic backward relies on it too), the waits cannot deadlock.
-    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier
-    // (every thread's atomics before thread 0's release) and thread 0's release store (a
-    // fence.acq_rel.gpu and a store) pass the turn on: the pattern of CUTLASS's semaphores.
+    // Thread 0 waits (acquire) and the barrier releases the CTA. The turn is passed on by thread
+    // 0's release store (a fence.acq_rel.gpu and a store) after a barrier that every thread
+    // reaches after its atomics (the pattern of CUTLASS's semaphores), but not at once: the
+    // fence waits until this step's atomics are performed in L2, and the whole CTA would wait
+    // with thread 0 at the next barrier. Thread 0 releases in the next step instead, after its
+    // loop-top barrier (that barrier orders every thread's atomics before the fence) and after
+    // the Sᵀ, dV, dK phase, when the atomics have long completed; the last step's turn is
+    // released after the loop. A link of the chain then takes most of a step instead of a
+    // fence's latency: a delay paid once, when a head's key blocks start together, not per step.
     [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
       if (tid == 0) {
@@ -547,13 +563,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
             atomic_add2(dst + 8 * nd, acc_dq[mt][nd][2 * h], acc_dq[mt][nd][2 * h + 1]);
         }
       }
-    if constexpr (T::kDeterministic) {
-      __syncthreads();
-      if (tid == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + m]);
-        sem.store(dq_turn + 1, cuda::memory_order_release);
-      }
-    }
+  }
+  if constexpr (T::kDeterministic) {
+    __syncthreads();  // every thread's atomics of the last step before thread 0's release
+    if (tid == 0) pass_turn(m_first);
   }
 
   // ---- Epilogue: dK = scale · dSᵀ Q (the scale once, here), dV as accumulated ----
