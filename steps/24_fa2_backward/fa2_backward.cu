@@ -349,6 +349,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // (the previous step's dQ): prefetch the next block (m − 1) there while this one is computed.
     ptx::cp_async_wait<0>();
     __syncthreads();
+    // Deterministic: the turn at the previous step's query block (m + 1) is passed on here, after
+    // the barrier that every thread reached after its atomics (see dq_turn below).
+    if constexpr (T::kDeterministic)
+      if (tid == 0 && m < m_last) pass_turn(m + 1);
     if (m > m_first) {
       load_query_block(m - 1, stage ^ 1);
       ptx::cp_async_commit();
@@ -477,10 +481,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                 s_ds + swz::xor_offset<kBlockM>(warp_key + g + 8 * (r & 1), qs + kk * 16 + 8 * (r >> 1) + 2 * t)) = 0u;
       }
     }
-    // Deterministic: the turn at the previous step's query block (m + 1) is passed on here, half
-    // a step after that step's atomics (see dq_turn below).
-    if constexpr (T::kDeterministic)
-      if (tid == 0 && m < m_last) pass_turn(m + 1);
     __syncthreads();  // all of dSᵀ is in s_ds
 
     // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's kDqRows × kDqCols ----
@@ -535,13 +535,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // deterministic backward relies on it too), the waits cannot deadlock.
     // Thread 0 waits (acquire) and the barrier releases the CTA. The turn is passed on by thread
     // 0's release store (a fence.acq_rel.gpu and a store) after a barrier that every thread
-    // reaches after its atomics (the pattern of CUTLASS's semaphores), but not at once: the
-    // fence waits until this step's atomics are performed in L2, and the whole CTA would wait
-    // with thread 0 at the next barrier. Thread 0 releases in the next step instead, after its
-    // loop-top barrier (that barrier orders every thread's atomics before the fence) and after
-    // the Sᵀ, dV, dK phase, when the atomics have long completed; the last step's turn is
-    // released after the loop. A link of the chain then takes most of a step instead of a
-    // fence's latency: a delay paid once, when a head's key blocks start together, not per step.
+    // reaches after its atomics: the pattern of CUTLASS's semaphores. That barrier is the next
+    // step's loop-top one (the last step's turn is released after the loop): the fence waits
+    // until the atomics are performed in L2, and with its own barrier after the atomics the
+    // whole CTA would wait for it at the loop top; now only warp 0 does, while the other warps
+    // start the step. The turn is passed on no later than before.
     [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
       if (tid == 0) {
