@@ -62,8 +62,14 @@ namespace swz = ladder::swizzle;
 
 constexpr int kWarpSize = 32;
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
-constexpr int kBlockM = 64;      // queries per step of the main loop (Br)
-constexpr int kBlockN = 128;     // keys per CTA (Bc)
+constexpr int kBlockN = 128;     // keys per CTA (Bc); the queries per step (Br) are Tile::kBlockM
+// lse·log2(e) and D are padded to whole blocks of kRowPad queries, a multiple of every tile's
+// kBlockM; the deterministic kernel's semaphores, one per block of kMinBlockM queries, cover
+// every tile's query blocks.
+constexpr int kRowPad = 128;
+constexpr int kMinBlockM = 64;
+constexpr int padded_rows(int n) { return ceil_div(n, kRowPad) * kRowPad; }
+constexpr int semaphores_per_head(int n) { return ceil_div(n, kMinBlockM); }
 constexpr int kAuxThreads = 256; // preprocess and convert
 
 // ---- The main kernel's tile -------------------------------------------------------------------
@@ -74,12 +80,16 @@ struct Tile {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
+  // Queries per step of the main loop (Br): 128 at D = 64, as FlashAttention-2 takes there (half
+  // the steps, so half the barriers and prefetches per query, and dQ's K read once per 128
+  // queries), 64 at D = 128, where dQ's accumulators for 128 queries would not fit.
+  static constexpr int kBlockM = kHeadDim_ == 64 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;  // one m16 tile of Sᵀ
-  // Sᵀ and dPᵀ are computed kSubM queries at a time, two halves of the step, so that they take
-  // 2 × 16 fp32 instead of 2 × 32 beside dK and dV (with the whole step at once, ptxas spilled at
-  // D = 128 and, causal, at D = 64).
+  // Sᵀ and dPᵀ are computed kSubM queries at a time, sub-blocks of the step, so that they take
+  // 2 × 16 fp32 beside dK and dV instead of 2 × 32 for a 64-query step (with a whole 64-query
+  // step at once, ptxas spilled at D = 128 and, causal, at D = 64).
   static constexpr int kSubM = 32;
   static constexpr int kQTiles = kSubM / 8;              // n8 tiles of Sᵀ, dPᵀ (queries)
   static constexpr int kQSteps = kSubM / 16;             // k16 steps of dV, dK (queries)
@@ -87,9 +97,18 @@ struct Tile {
   // hoists the fragments of every step ahead of their mma and spills.
   static constexpr int kDUnroll = kHeadDim_ == 128 ? 2 : kHeadDim_ / 16;
   static constexpr int kDSteps = kHeadDim / 16;          // k16 steps of Sᵀ, dPᵀ (head dims)
+  // The warp's A fragments of K and V (its 16 keys × D) held in registers for the whole loop
+  // rather than read from shared memory again for each half of each step: 2 × kDSteps × 4
+  // registers, 32 at D = 64, which fit beside dK and dV; the 64 of D = 128 do not.
+  static constexpr bool kKVInRegisters = kHeadDim_ == 64;
+  static constexpr int kKVFragSteps = kKVInRegisters ? kDSteps : 1;
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
-  // dQ = dS K for the step's [kBlockM × D]: 4 warps along queries (one m16 tile each) × 2 along D.
-  static constexpr int kDqWarpsM = kBlockM / 16;
+  // dQ = dS K for the step's [kBlockM × D]: kDqWarpsM warps along queries (kDqMTiles m16 tiles
+  // each) × the rest along D. At D = 64, 8 × 1 (16 × 64 each); at D = 128, 2 × 4 (32 × 32),
+  // where a warp then reads 8 KB of dS and 8 KB of K per step rather than 4 and 16 with 4 × 2.
+  static constexpr int kDqWarpsM = kHeadDim_ == 64 ? 8 : 2;
+  static constexpr int kDqMTiles = kBlockM / 16 / kDqWarpsM;
+  static constexpr int kDqRows = kDqMTiles * 16;
   static constexpr int kDqCols = kHeadDim / (kWarps / kDqWarpsM);
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kKeySteps = kBlockN / 16;         // k16 steps of dQ (keys)
@@ -106,7 +125,9 @@ struct Tile {
       sizeof(float) * 2 * kStages * kBlockM;
 
   static_assert(kKeysPerWarp == 16 && kWarps % kDqWarpsM == 0 && kDqTiles % 2 == 0);
+  static_assert(kDqMTiles >= 1 && kDqWarpsM * kDqRows == kBlockM);
   static_assert(kBlockN % kBlockM == 0, "a causal CTA's first query block is k0 / kBlockM");
+  static_assert(kRowPad % kBlockM == 0 && kBlockM % kMinBlockM == 0);
 };
 
 // ---- Workspace ---------------------------------------------------------------------------------
@@ -120,12 +141,12 @@ WorkspaceLayout workspace_layout(const AttentionShape& s) {
   constexpr std::size_t kAlign = 256;
   const auto aligned = [](std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
   const std::size_t bh = std::size_t(s.batch) * s.heads;
-  const std::size_t m_blocks = ceil_div(s.seqlen, kBlockM);
+  const std::size_t rows = padded_rows(s.seqlen);
   WorkspaceLayout l;
   l.lse_log2 = l.dq_accum + aligned(bh * s.seqlen * s.head_dim * sizeof(float));
-  l.delta = l.lse_log2 + aligned(bh * m_blocks * kBlockM * sizeof(float));
-  l.sem = l.delta + aligned(bh * m_blocks * kBlockM * sizeof(float));
-  l.total = l.sem + aligned(bh * m_blocks * sizeof(int));
+  l.delta = l.lse_log2 + aligned(bh * rows * sizeof(float));
+  l.sem = l.delta + aligned(bh * rows * sizeof(float));
+  l.total = l.sem + aligned(bh * semaphores_per_head(s.seqlen) * sizeof(int));
   return l;
 }
 std::size_t workspace_bytes(const AttentionShape& s) { return workspace_layout(s).total; }
@@ -142,8 +163,8 @@ __global__ void __launch_bounds__(kAuxThreads)
                        int* __restrict__ dq_sem, int n) {
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kRows = kAuxThreads / kChunks;
-  const int m_blocks = ceil_div(n, kBlockM);
-  const int n_pad = m_blocks * kBlockM;
+  const int n_pad = padded_rows(n);
+  const int sems = semaphores_per_head(n);
   const int bh = blockIdx.y;
   const int row = blockIdx.x * kRows + threadIdx.x / kChunks;
   const int chunk = threadIdx.x % kChunks;
@@ -170,7 +191,7 @@ __global__ void __launch_bounds__(kAuxThreads)
     lse_log2[i] = row < n ? lse[std::int64_t(bh) * n + row] * kLog2e : INFINITY;
   }
   if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < m_blocks; i += kAuxThreads) dq_sem[std::int64_t(bh) * m_blocks + i] = 0;
+    for (int i = threadIdx.x; i < sems; i += kAuxThreads) dq_sem[std::int64_t(bh) * sems + i] = 0;
 }
 
 // ---- Global -> shared: a tile of kRows rows of D elements, 16 bytes per cp.async ----------------
@@ -236,6 +257,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                    int* __restrict__ dq_sem, int n, float scale_log2, float softmax_scale) {
   using E = typename T::Element;
   constexpr int kD = T::kHeadDim;
+  constexpr int kBlockM = T::kBlockM;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   E* s_k = reinterpret_cast<E*>(smem_raw);                       // [kBlockN][D]
   E* s_v = s_k + T::kKVElems;                                    // [kBlockN][D]
@@ -255,7 +277,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int bh = blockIdx.y;
   const int k0 = kb * kBlockN;
   const int m_blocks = ceil_div(n, kBlockM);
-  const int n_pad = m_blocks * kBlockM;
+  const int n_pad = padded_rows(n);
   // Causal: query i sees keys j <= i, so the first query block with a query >= k0 is k0 / kBlockM.
   // The loop walks the query blocks from the last down to that one (as FlashAttention-2 does):
   // then every key block of a head reaches query block m at the same step of its loop, which is
@@ -280,9 +302,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
   };
 
+  // Deterministic: pass the turn at query block `mb` to the next key block (dq_turn below).
+  [[maybe_unused]] auto pass_turn = [&](int mb) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + mb]);
+    sem.store(kb + 1, cuda::memory_order_release);
+  };
+
   // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
+  // K and V are one cp.async group and the first query block the next, so that K and V's
+  // fragments can be taken into registers while the query block is still in flight.
   load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
   load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
+  ptx::cp_async_commit();
   load_query_block(m_last, 0);
   ptx::cp_async_commit();
 
@@ -291,6 +322,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int b_row = frag::ldsm_b_row(lane), b_col = frag::ldsm_b_col(lane);
   const int warp_key = warp * T::kKeysPerWarp;        // the warp's first key in the CTA's block
   const int key_w0 = k0 + warp_key;                   // ... in the sequence
+
+  // kKVInRegisters: the warp's K and V fragments, once (only this warp reads its rows of s_k and
+  // s_v here, but the rows were written by every thread's cp.async: a CTA-wide barrier).
+  std::uint32_t kv_frag[T::kKVFragSteps][2][4];
+  if constexpr (T::kKVInRegisters) {
+    ptx::cp_async_wait<1>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < T::kDSteps; ++kk) {
+      ptx::ldmatrix_x4(kv_frag[kk][0], at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+      ptx::ldmatrix_x4(kv_frag[kk][1], at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+    }
+  }
 
   float acc_dk[T::kDTiles][4], acc_dv[T::kDTiles][4];
 #pragma unroll
@@ -305,6 +349,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // (the previous step's dQ): prefetch the next block (m − 1) there while this one is computed.
     ptx::cp_async_wait<0>();
     __syncthreads();
+    // Deterministic: the turn at the previous step's query block (m + 1) is passed on here, after
+    // the barrier that every thread reached after its atomics (see dq_turn below).
+    if constexpr (T::kDeterministic)
+      if (tid == 0 && m < m_last) pass_turn(m + 1);
     if (m > m_first) {
       load_query_block(m - 1, stage ^ 1);
       ptx::cp_async_commit();
@@ -333,8 +381,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 #pragma unroll(T::kDUnroll)
         for (int kk = 0; kk < T::kDSteps; ++kk) {
           std::uint32_t a_k[4], a_v[4];
-          ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
-          ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+          if constexpr (T::kKVInRegisters) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a_k[r] = kv_frag[kk][0][r], a_v[r] = kv_frag[kk][1][r];
+          } else {
+            ptx::ldmatrix_x4(a_k, at<kD>(s_k, warp_key + a_row, kk * 16 + a_col));
+            ptx::ldmatrix_x4(a_v, at<kD>(s_v, warp_key + a_row, kk * 16 + a_col));
+          }
 #pragma unroll
           for (int np = 0; np < T::kQTiles / 2; ++np) {  // two n8 tiles of queries per ldmatrix.x4
             std::uint32_t b[4];
@@ -430,33 +483,40 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     __syncthreads();  // all of dSᵀ is in s_ds
 
-    // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's 16 × kDqCols ----
+    // ---- dQ(step) = dS K: [kBlockM × D] over the CTA's kBlockN keys, this warp's kDqRows × kDqCols ----
     // A[query][key] = dS = (dSᵀ)ᵀ, stored [key][query]: ldmatrix.trans with the B map's addresses
     // hands each lane A's pairs (lane (g, t) gets rows 2t, 2t + 1 of column g of each 8×8 matrix,
     // and the B map orders the four matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7),
     // (k 8-15, m 8-15), which are a0..a3). B[key][d] = K[key][d]: .trans with the A map.
     const int dq_tid = reread_tid();
     const int dq_lane = dq_tid % kWarpSize;
-    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * 16;      // the warp's query rows
+    const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * T::kDqRows;  // the warp's query rows
     const int dq_col = (dq_tid / kWarpSize / T::kDqWarpsM) * T::kDqCols;  // and head dims
     const int ds_row = frag::ldsm_b_row(dq_lane), ds_col = frag::ldsm_b_col(dq_lane);
     const int kt_row = frag::ldsm_a_row(dq_lane), kt_col = frag::ldsm_a_col(dq_lane);
-    float acc_dq[T::kDqTiles][4];
+    float acc_dq[T::kDqMTiles][T::kDqTiles][4];
 #pragma unroll
-    for (int nd = 0; nd < T::kDqTiles; ++nd)
+    for (int mt = 0; mt < T::kDqMTiles; ++mt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc_dq[nd][c] = 0.f;
+      for (int nd = 0; nd < T::kDqTiles; ++nd)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc_dq[mt][nd][c] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < T::kKeySteps; ++kk) {
-      std::uint32_t a[4];
-      ptx::ldmatrix_x4_trans(a, at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + ds_col));
+      std::uint32_t a[T::kDqMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < T::kDqMTiles; ++mt)
+        ptx::ldmatrix_x4_trans(a[mt], at<kBlockM>(s_ds, kk * 16 + ds_row, dq_row + mt * 16 + ds_col));
 #pragma unroll
       for (int np = 0; np < T::kDqTiles / 2; ++np) {
         std::uint32_t b[4];
         ptx::ldmatrix_x4_trans(b, at<kD>(s_k, kk * 16 + kt_row, dq_col + np * 16 + kt_col));
         const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-        ptx::mma_m16n8k16<E>(acc_dq[2 * np], a, b_lo);
-        ptx::mma_m16n8k16<E>(acc_dq[2 * np + 1], a, b_hi);
+#pragma unroll
+        for (int mt = 0; mt < T::kDqMTiles; ++mt) {
+          ptx::mma_m16n8k16<E>(acc_dq[mt][2 * np], a[mt], b_lo);
+          ptx::mma_m16n8k16<E>(acc_dq[mt][2 * np + 1], a[mt], b_hi);
+        }
       }
     }
 
@@ -473,35 +533,38 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // A CTA only ever waits for lower key blocks of its head, launched before it and so running
     // or done: with blocks dispatched in launch order, as the hardware does (FlashAttention-3's
     // deterministic backward relies on it too), the waits cannot deadlock.
-    // Thread 0 waits (acquire) and the barrier releases the CTA; after the atomics, a barrier
-    // (every thread's atomics before thread 0's release) and thread 0's release store (a
-    // fence.acq_rel.gpu and a store) pass the turn on: the pattern of CUTLASS's semaphores.
+    // Thread 0 waits (acquire) and the barrier releases the CTA. The turn is passed on by thread
+    // 0's release store (a fence.acq_rel.gpu and a store) after a barrier that every thread
+    // reaches after its atomics: the pattern of CUTLASS's semaphores. That barrier is the next
+    // step's loop-top one (the last step's turn is released after the loop): the fence waits
+    // until the atomics are performed in L2, and with its own barrier after the atomics the
+    // whole CTA would wait for it at the loop top; now only warp 0 does, while the other warps
+    // start the step. The turn is passed on no later than before.
     [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
       if (tid == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
+        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * semaphores_per_head(n) + m]);
         while (sem.load(cuda::memory_order_acquire) != dq_turn) {
         }
       }
       __syncthreads();
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = q0 + dq_row + g + 8 * h;
-      if (row < n) {
-        float* dst = dq_accum + head + std::int64_t(row) * kD + dq_col + 2 * t;
+    for (int mt = 0; mt < T::kDqMTiles; ++mt)
 #pragma unroll
-        for (int nd = 0; nd < T::kDqTiles; ++nd)
-          atomic_add2(dst + 8 * nd, acc_dq[nd][2 * h], acc_dq[nd][2 * h + 1]);
+      for (int h = 0; h < 2; ++h) {
+        const int row = q0 + dq_row + mt * 16 + g + 8 * h;
+        if (row < n) {
+          float* dst = dq_accum + head + std::int64_t(row) * kD + dq_col + 2 * t;
+#pragma unroll
+          for (int nd = 0; nd < T::kDqTiles; ++nd)
+            atomic_add2(dst + 8 * nd, acc_dq[mt][nd][2 * h], acc_dq[mt][nd][2 * h + 1]);
+        }
       }
-    }
-    if constexpr (T::kDeterministic) {
-      __syncthreads();
-      if (tid == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> sem(dq_sem[std::int64_t(bh) * m_blocks + m]);
-        sem.store(dq_turn + 1, cuda::memory_order_release);
-      }
-    }
+  }
+  if constexpr (T::kDeterministic) {
+    __syncthreads();  // every thread's atomics of the last step before thread 0's release
+    if (tid == 0) pass_turn(m_first);
   }
 
   // ---- Epilogue: dK = scale · dSᵀ Q (the scale once, here), dV as accumulated ----
@@ -560,7 +623,7 @@ void launch_tile(const BackwardArgs& a, cudaStream_t stream) {
   auto* lse_log2 = reinterpret_cast<float*>(base + l.lse_log2);
   auto* delta = reinterpret_cast<float*>(base + l.delta);
   auto* dq_sem = reinterpret_cast<int*>(base + l.sem);
-  const int n_pad = ceil_div(n, kBlockM) * kBlockM;
+  const int n_pad = padded_rows(n);
 
   fa2_bwd_preprocess<E, kD><<<dim3(ceil_div(n_pad, kAuxRows), bh), kAuxThreads, 0, stream>>>(
       x.o, x.d_o, a.lse, lse_log2, delta, dq_accum, dq_sem, n);
@@ -598,7 +661,7 @@ std::vector<ladder::KernelInfo> kernels() {
   auto add = [&]<class E>(const char* type) {
     using T = Tile<kHeadDim, E, kDeterministic>;
     const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kHeadDim, kBlockN,
-                                        kBlockM, type, kDeterministic ? ",ordered dQ" : "");
+                                        T::kBlockM, type, kDeterministic ? ",ordered dQ" : "");
     const std::size_t first = out.size();
     out.push_back(ladder::kernel(ladder::strprintf("fa2_bwd_preprocess<D=%d%s>", kHeadDim, type),
                                  fa2_bwd_preprocess<E, kHeadDim>, kAuxThreads));
