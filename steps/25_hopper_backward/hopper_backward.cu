@@ -237,6 +237,8 @@ __global__ void __launch_bounds__(kConvertThreads)
 // ---- The main kernel ------------------------------------------------------------------------------
 // grid (B·H, ceil(N / kBlockN)): the key blocks of a head in y, so that (causal) the CTAs of key
 // block 0, which visit every query block, are dispatched first and the short ones fill the end.
+// With heads_on_y the grid is (ceil(N / kBlockN), B·H) instead: CTAs are dispatched head by head,
+// so the resident ones add into the dQ accumulators of about two heads, not of every head.
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     hopper_backward_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                            const float* __restrict__ lse_log2, const float* __restrict__ d_rows,
                            float* __restrict__ dq_acc, typename T::Element* __restrict__ dk,
                            typename T::Element* __restrict__ dv, int n, int n_pad,
-                           float scale_log2, float scale) {
+                           float scale_log2, float scale, bool heads_on_y) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   constexpr int kBlockM = T::kBlockM;
@@ -259,8 +261,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int warpgroup = hopper::warpgroup_index();
-  const int bh = blockIdx.x;
-  const int kv_start = blockIdx.y * kBlockN;
+  const int bh = heads_on_y ? blockIdx.y : blockIdx.x;
+  const int kv_start = (heads_on_y ? blockIdx.x : blockIdx.y) * kBlockN;
   // The query blocks this key block meets: causal, none that ends before its first key.
   const int m_begin = kCausal ? kv_start / kBlockM : 0;
   const int m_end = ceil_div(n, kBlockM);
@@ -499,7 +501,7 @@ Workspace carve(void* base, const ladder::AttentionShape& s) {
 }
 
 template <class T, bool kCausal>
-void launch_tile(const BackwardArgs& args, cudaStream_t stream) {
+void launch_tile(const BackwardArgs& args, cudaStream_t stream, bool heads_on_y) {
   using Element = typename T::Element;
   constexpr int kHeadDim = T::kHeadDim;
   const auto a = args.as<Element>();
@@ -523,10 +525,11 @@ void launch_tile(const BackwardArgs& args, cudaStream_t stream) {
   const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, heads, n, kHeadDim, T::kBlockN);
   const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, heads, n, kHeadDim, T::kBlockN);
   const CUtensorMap tm_do = hopper::make_attention_tensor_map(a.d_o, heads, n, kHeadDim, T::kBlockM);
-  const dim3 grid(unsigned(heads), unsigned(ceil_div(n, T::kBlockN)));
+  const unsigned key_blocks = unsigned(ceil_div(n, T::kBlockN));
+  const dim3 grid = heads_on_y ? dim3(key_blocks, unsigned(heads)) : dim3(unsigned(heads), key_blocks);
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
       tm_q, tm_k, tm_v, tm_do, ws.lse_log2, ws.d_rows, ws.dq_acc, a.dk, a.dv, n, n_pad,
-      args.softmax_scale * ladder::kLog2e, args.softmax_scale);
+      args.softmax_scale * ladder::kLog2e, args.softmax_scale, heads_on_y);
   CUDA_CHECK_LAUNCH("hopper_backward_kernel");
 
   const std::int64_t quads = std::int64_t(heads) * n * kHeadDim / 4;
@@ -543,13 +546,13 @@ inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 
 template <int kHeadDim, class Element, int kConsumers>
 using TileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
 
-template <int kConsumers>
+template <int kConsumers, bool kHeadsOnY>
 void launch(const BackwardArgs& a, cudaStream_t stream) {
   auto body = [&]<class Element>() {
     ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
       using T = TileOf<kHeadDim, Element, kConsumers>;
-      if (a.shape.causal) launch_tile<T, true>(a, stream);
-      else launch_tile<T, false>(a, stream);
+      if (a.shape.causal) launch_tile<T, true>(a, stream, kHeadsOnY);
+      else launch_tile<T, false>(a, stream, kHeadsOnY);
     });
   };
   if (a.shape.dtype == ladder::DType::BF16) body.template operator()<__nv_bfloat16>();
@@ -579,14 +582,16 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
-template <int kConsumers>
+template <int kConsumers, bool kHeadsOnY = false>
 ladder::Variant variant(const char* name, const char* description) {
-  return ladder::backward_variant(name, description, launch<kConsumers>)
+  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY>);
+  // grid.y is the key blocks of a head, or (kHeadsOnY) the heads
+  if (kHeadsOnY) v.batch_heads_on_grid_yz();
+  else v.up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers);
+  return v
       .needs_sm(90)
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
-      // grid.y is the key blocks of a head
-      .up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers)
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .nondeterministic()  // dQ: float adds from every key block, in no fixed order
       .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
@@ -601,6 +606,9 @@ LADDER_REGISTER_STEP(
         .add(variant<2>("two_consumers",
                         "128 keys per CTA, two consumer warpgroups (64 keys each) and setmaxnreg; "
                         "FlashAttention-3's tiles: 128 query rows per block at D=64, 64 at D=128"))
+        .add(variant<2, true>("head_by_head",
+                              "two_consumers with the grid's axes swapped: the key blocks of one "
+                              "head are dispatched together, so dQ's accumulators stay in L2"))
         .main_is("two_consumers"));
 
 }  // namespace
