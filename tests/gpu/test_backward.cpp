@@ -20,8 +20,13 @@ namespace {
 
 // As for the forward: a row that ran passes every gradient's check; a skip is allowed only where
 // the variant's declared constraints rule the problem out.
+// peer_slack: how far past its tolerance a library row may be (1: not at all). Our rule is
+// stricter than cuDNN's own numerics in one place, measured in round 2 of Part V: with large
+// logits (Q×5, K×3) cuDNN's dK errs by 3-4x the tolerance our kernels meet (they round P and dS
+// as the reference does). A peer is not a lesson; the slack keeps its wiring checked (a wrong
+// layout or mask errs by orders of magnitude) and the excess is printed.
 void check_backward_run(const ProblemRun& run, std::span<const VariantRef> variants,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, double peer_slack = 1.0) {
   REQUIRE(run.rows.size() == variants.size());
   for (std::size_t i = 0; i < run.rows.size(); ++i) {
     const Row& r = run.rows[i];
@@ -37,7 +42,13 @@ void check_backward_run(const ProblemRun& run, std::span<const VariantRef> varia
       INFO(name << ": " << e.verdict() << " (rel L2 " << e.rel_l2 << ")");
       CHECK(e.checked > 0);
       CHECK(e.nonfinite == 0);
-      CHECK(e.pass);
+      if (r.peer && !e.pass) {
+        WARN(r.id << " " << name << " on " << run.shape << ": " << e.worst_error / e.tolerance
+                  << "x its tolerance (a library's numerics; allowed up to " << peer_slack << "x)");
+        CHECK(e.worst_error <= peer_slack * e.tolerance);
+      } else {
+        CHECK(e.pass);
+      }
     }
     REQUIRE(r.rerun_identical);
     if (r.deterministic) CHECK(*r.rerun_identical);
@@ -127,7 +138,8 @@ TEST_CASE("backward: large logits (Q×5, K×3) and a second seed", "[gpu][backwa
       for (bool causal : {false, true}) {
         const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
                                    .causal = causal, .dtype = dtype};
-        check_backward_run(run_backward(testing::session(), shape, variants, options), variants, shape);
+        check_backward_run(run_backward(testing::session(), shape, variants, options), variants, shape,
+                           /*peer_slack=*/8.0);
       }
     options = testing::check_options();
     options.seed = 7;
