@@ -609,6 +609,6 @@ LADDER_REGISTER_STEP(
         .add(variant<2, true>("head_by_head",
                               "two_consumers with the grid's axes swapped: the key blocks of one "
                               "head are dispatched together, so dQ's accumulators stay in L2"))
-        .main_is("two_consumers"));
+        .main_is("head_by_head"));
 
 }  // namespace
