@@ -104,19 +104,7 @@ std::unique_ptr<CudnnBackwardGraph> build_graph(cudnnHandle_t handle, const Cudn
   dk->set_output(true).set_uid(kUidDK).set_dim(dims).set_stride(strides);
   dv->set_output(true).set_uid(kUidDV).set_dim(dims).set_stride(strides);
 
-  auto check = [&](fe::error_t status, const char* step, CudnnStage stage) {
-    check_fe(status, step, stage, key, kSource);
-  };
-  check(graph.validate(), "validate", CudnnStage::Describe);
-  check(graph.build_operation_graph(handle), "build_operation_graph", CudnnStage::Support);
-  // Heuristics mode A first (PyTorch's choice), the fallback list if A offers nothing.
-  check(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-        "create_execution_plans", CudnnStage::Support);
-  check(graph.check_support(), "check_support", CudnnStage::Support);
-  check(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", CudnnStage::Support);
-
-  std::int64_t workspace_bytes = 0;
-  check(graph.get_workspace_size(workspace_bytes), "get_workspace_size", CudnnStage::Describe);
+  const std::int64_t workspace_bytes = plan_graph(graph, handle, key, kSource);
   built->workspace = DeviceBuffer<std::uint8_t>(std::size_t(workspace_bytes));
   return built;
 }

@@ -122,6 +122,28 @@ inline std::shared_ptr<cudnn_frontend::graph::Tensor_attributes> bhnd_tensor(
                           .set_stride(bhnd_strides(h, n, d)));
 }
 
+// From a described graph to one that runs, the frontend's steps in order, each checked (a step
+// that asks cuDNN whether it supports the problem refuses it; validate() and the workspace query
+// blame our description). Returns the bytes of workspace the chosen plan needs.
+template <class Key>
+std::int64_t plan_graph(cudnn_frontend::graph::Graph& graph, cudnnHandle_t handle, const Key& key,
+                        std::string_view source) {
+  namespace fe = cudnn_frontend;
+  auto check = [&](fe::error_t status, const char* step, CudnnStage stage) {
+    check_fe(status, step, stage, key, source);
+  };
+  check(graph.validate(), "validate", CudnnStage::Describe);
+  check(graph.build_operation_graph(handle), "build_operation_graph", CudnnStage::Support);
+  // Heuristics mode A first (PyTorch's choice), the fallback list if A offers nothing.
+  check(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+        "create_execution_plans", CudnnStage::Support);
+  check(graph.check_support(), "check_support", CudnnStage::Support);
+  check(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", CudnnStage::Support);
+  std::int64_t workspace_bytes = 0;
+  check(graph.get_workspace_size(workspace_bytes), "get_workspace_size", CudnnStage::Describe);
+  return workspace_bytes;
+}
+
 // A cuDNN handle. cudnnCreate costs milliseconds and loads cuDNN's sub-libraries; it binds the
 // handle to the device current at creation.
 class CudnnHandle {
