@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/dtype.hpp"
 
@@ -19,18 +20,72 @@ const char* kind_name(Kind kind);
 // Q, K, V and O are fp16 (or bf16, for the variants that declare it: common/dtype.hpp), laid out
 // [B, H, N, D] contiguous (PyTorch's SDPA layout); accumulation is fp32. The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
 // fp32 and is written only by the variants that say so.
+//
+// Part VI: attention as models run it. Four optional properties, each off by default, so every
+// shape of Parts I-V is the dense problem it always was:
+//   kv_heads   GQA/MQA: Hkv K/V heads, dividing H; Q head h reads K/V head h / (H / Hkv).
+//   kv_seqlen  keys per sequence when it differs from the queries' (decode: 1-16 queries against
+//              a long cache). Causal is aligned to the end, as FlashAttention does: query i of
+//              Nq sits at position Nk - Nq + i and sees keys j <= Nk - Nq + i.
+//   q_lens     a packed variable-length batch (cu_seqlens): one query length per sequence, the
+//              batch is its size; kv_lens the key lengths (empty: the same as q_lens).
+//   page_size  a paged K/V cache: K and V live in pages of page_size rows found by a block table.
+// The layouts (what a kernel receives; docs/part6_serving.md says why these):
+//   dense   Q, O [B, H, Nq, D];  K, V [B, Hkv, Nk, D];  LSE [B, H, Nq]   (SDPA's, with enable_gqa)
+//   varlen  Q, O [total_q, H, D]; K, V [total_k, Hkv, D]; LSE [H, total_q] (FlashAttention's)
+//   paged   K, V are a pool of pages [num_pages, Hkv, page_size, D]: key j of sequence b is row
+//           j % page_size of page block_table[b · pages_per_seq + j / page_size], so one page of
+//           one head is one contiguous page_size·D block (a single bulk copy). Q, O as above.
 struct AttentionShape {
   int batch = 4;
   int heads = 8;
-  int seqlen = 4096;
+  int seqlen = 4096;   // queries per sequence (varlen: the longest)
   int head_dim = 64;
   bool causal = false;
   DType dtype = DType::F16;
+  int kv_heads = 0;    // 0: as many as heads
+  int kv_seqlen = 0;   // 0: seqlen (varlen: ignored, kv_lens rules)
+  std::vector<int> q_lens;   // varlen: empty = dense
+  std::vector<int> kv_lens;  // varlen: empty = q_lens
+  int page_size = 0;   // 0: contiguous K/V
 
-  std::int64_t rows() const { return std::int64_t(batch) * heads * seqlen; }
-  std::int64_t elements() const { return rows() * head_dim; }  // of one of Q, K, V, O
+  // The properties, resolved.
+  int hkv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int group() const { return heads / hkv(); }  // Q heads per K/V head
+  bool varlen() const { return !q_lens.empty(); }
+  bool paged() const { return page_size > 0; }
+  bool gqa() const { return hkv() != heads; }
+  // Some sequence has a different number of keys than queries (decode, chunked prefill).
+  bool decode() const;
+  int q_len(int b) const { return varlen() ? q_lens[std::size_t(b)] : seqlen; }
+  int kv_len(int b) const;
+  int max_kv_len() const;
+  // Where sequence b starts in the packed varlen layout (rows of queries / keys); cu_seqlens.
+  std::vector<int> cu_seqlens_q() const;
+  std::vector<int> cu_seqlens_k() const;
+  std::int64_t total_q() const;  // Σ q_len
+  std::int64_t total_k() const;  // Σ kv_len
+  // Paged: pages each sequence's block table row holds, and the pool's pages (each sequence owns
+  // ceil(kv_len / page_size) of them).
+  int pages_per_seq() const;
+  std::int64_t num_pages() const;
+
+  std::int64_t rows() const { return total_q() * heads; }  // query rows: of O and the LSE
+  std::int64_t elements() const { return rows() * head_dim; }  // of one of Q, O
+  std::int64_t kv_rows() const { return total_k() * hkv(); }
+  std::int64_t kv_elements() const;  // of one of K, V as stored (paged: the whole pool)
+  // Offsets, in elements, of query row (b, h, i) in Q and O and of key row (b, hk, j) in K and V
+  // (paged: in the logical, contiguous K/V the block table maps), and of (b, h, i) in the LSE.
+  std::int64_t q_offset(int b, int h, int i) const;
+  std::int64_t kv_offset(int b, int hk, int j) const;
+  std::int64_t lse_index(int b, int h, int i) const;
+  // The last key query i of sequence b may see (causal: aligned to the end), or kv_len(b) - 1.
+  int last_key(int b, int i) const;
+
   float softmax_scale() const;                                  // 1 / sqrt(D)
-  std::string to_string() const;  // "B=4 H=8 N=4096 D=64 causal", " bf16" appended for bf16
+  // "B=4 H=8 N=4096 D=64 causal", " bf16" appended for bf16; then " Hkv=8", " Nkv=32768",
+  // " varlen(4 seqs, 10 812 q)", " page=64" for the properties that are on.
+  std::string to_string() const;
 };
 
 // C = A B with A [M, K], B [K, N], C [M, N], fp32, row-major.
@@ -55,6 +110,11 @@ std::optional<std::string> validate(const ReductionShape& s);
 // Useful floating-point operations. Attention counts the two matrix products, 4·B·H·N²·D; a causal
 // problem counts half of that (the convention of the FlashAttention papers: the exact number of
 // unmasked pairs is N(N+1)/2, a little more than half, and the softmax is not counted).
+//
+// Part VI's shapes count the same products over the pairs that exist: Σ_b 4·H·Nq_b·Nk_b·D, and a
+// causal sequence whose queries and keys are the same tokens (Nq_b = Nk_b) counts half, as above;
+// one with fewer queries than keys (decode) counts its unmasked pairs exactly, since "half" of a
+// 1-query row against a 128k cache would be meaningless.
 double flops(const AttentionShape& s);
 double flops(const MatmulShape& s);   // 2·M·N·K
 double flops(const ReductionShape& s);  // n − 1 additions
@@ -65,6 +125,8 @@ double backward_flops(const AttentionShape& s);
 
 // The fewest bytes any implementation must move through device memory: each input read once,
 // each output written once. Naive kernels move more; the ledger of step 00 shows how much more.
+// Attention: Q, K, V read and O written once (GQA: K and V have Hkv heads; paged: the pages in
+// use), the block table and cu_seqlens not counted. Decode is bound by these bytes, not by FLOPs.
 double min_bytes(const AttentionShape& s);
 double min_bytes(const MatmulShape& s);
 double min_bytes(const ReductionShape& s);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 namespace ladder {
 
@@ -22,16 +23,34 @@ std::string dtype_names(const std::vector<DType>& types) {
 }
 }  // namespace
 
+const char* feature_name(Feature f) {
+  switch (f) {
+    case Feature::Gqa: return "GQA (fewer K/V heads than Q heads)";
+    case Feature::Decode: return "a different number of keys than queries (decode)";
+    case Feature::Varlen: return "a variable-length batch (cu_seqlens)";
+    case Feature::Paged: return "a paged K/V cache";
+  }
+  return "?";
+}
+
+unsigned features_of(const AttentionShape& s) {
+  return (s.gqa() ? unsigned(Feature::Gqa) : 0u) | (s.decode() ? unsigned(Feature::Decode) : 0u) |
+         (s.varlen() ? unsigned(Feature::Varlen) : 0u) | (s.paged() ? unsigned(Feature::Paged) : 0u);
+}
+
 std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) const {
   if (auto why = refuse_arch(min_sm, sm)) return why;
+  for (Feature f : {Feature::Gqa, Feature::Decode, Feature::Varlen, Feature::Paged})
+    if ((features_of(s) & unsigned(f)) && !(features & unsigned(f)))
+      return fmt::format("does not handle {}", feature_name(f));
   if (!head_dims.empty() &&
       std::find(head_dims.begin(), head_dims.end(), s.head_dim) == head_dims.end())
     return fmt::format("supports D in {{{}}} only (asked for D={})", fmt::join(head_dims, ", "),
                        s.head_dim);
   if (std::find(dtypes.begin(), dtypes.end(), s.dtype) == dtypes.end())
     return fmt::format("runs {} only (asked for {})", dtype_names(dtypes), dtype_name(s.dtype));
-  if (max_seqlen > 0 && s.seqlen > max_seqlen)
-    return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, s.seqlen);
+  if (const int n = std::max(s.seqlen, s.max_kv_len()); max_seqlen > 0 && n > max_seqlen)
+    return fmt::format("supports N up to {} only (asked for N={})", max_seqlen, n);
   if (const std::int64_t bh = std::int64_t(s.batch) * s.heads; max_batch_heads > 0 && bh > max_batch_heads)
     return fmt::format("its grid puts the (batch, head) pairs on grid.y or grid.z, at most {} of them "
                        "(asked for B·H = {}); the persistent steps and the cuDNN peer run it",
@@ -60,6 +79,9 @@ std::string Constraints::describe() const {
   if (max_seqlen > 0) out += fmt::format(", N <= {}", max_seqlen);
   if (max_batch_heads > 0) out += fmt::format(", B·H <= {}", max_batch_heads);
   if (dtypes.size() != 1 || dtypes[0] != DType::F16) out += ", " + dtype_names(dtypes);
+  for (auto [f, name] : {std::pair{Feature::Gqa, "GQA"}, {Feature::Decode, "decode"},
+                         {Feature::Varlen, "varlen"}, {Feature::Paged, "paged"}})
+    if (features & unsigned(f)) out += std::string(", ") + name;
   return out;
 }
 

@@ -65,6 +65,10 @@ struct AttentionArgs {
   // that a kernel sized to the GPU (a persistent grid, an L2-sized schedule) need not ask it.
   int sm_count = 0;            // streaming multiprocessors
   std::size_t l2_bytes = 0;    // L2 cache size
+  // Part VI (common/problem.hpp gives the layouts), device pointers, null where the property is off:
+  const int* cu_seqlens_q = nullptr;  // varlen: [B + 1], sequence b's queries are rows
+  const int* cu_seqlens_k = nullptr;  //   cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1; keys alike
+  const int* block_table = nullptr;   // paged: [B, shape.pages_per_seq()] page indices into k, v
 
   template <class Element>
   struct Tensors {
@@ -156,6 +160,18 @@ class LibraryRefusal : public std::runtime_error {
 };
 
 // ---- What a variant can run ---------------------------------------------------------------------
+// Part VI's properties of an attention problem (common/problem.hpp). A variant runs a problem only
+// if it declares every property the problem has (Variant::serves); Parts I-V declare none.
+enum class Feature : unsigned {
+  Gqa = 1,     // fewer K/V heads than Q heads
+  Decode = 2,  // a different number of keys than queries (causal aligned to the end)
+  Varlen = 4,  // a packed variable-length batch, cu_seqlens
+  Paged = 8,   // a paged K/V cache, block table
+};
+const char* feature_name(Feature f);
+// The properties a problem has, as a mask of Feature bits.
+unsigned features_of(const AttentionShape& s);
+
 struct Constraints {
   int min_sm = 75;  // compute capability ×10 (75 = Turing, CUDA 13's oldest; 80 = Ampere; 90 = Hopper)
   std::vector<int> head_dims;     // attention: supported D; empty = any multiple of 8
@@ -165,6 +181,7 @@ struct Constraints {
   // one that puts it on grid.x, or walks a tile list (the persistent steps), has no such limit.
   std::int64_t max_batch_heads = 0;
   std::vector<DType> dtypes{DType::F16};  // attention: element types it runs
+  unsigned features = 0;          // attention: the Part VI properties it handles (Feature bits)
   // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
   std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;
   // attention: head dimensions at which this variant launches exactly the kernel of another
@@ -243,6 +260,11 @@ struct Variant {
   Variant& needs_sm(int sm) { constraints.min_sm = sm; return *this; }
   Variant& for_head_dims(std::initializer_list<int> dims) { constraints.head_dims = dims; return *this; }
   Variant& for_dtypes(std::initializer_list<DType> types) { constraints.dtypes = types; return *this; }
+  // The Part VI properties this variant handles: .serves({Feature::Gqa, Feature::Decode}).
+  Variant& serves(std::initializer_list<Feature> fs) {
+    for (Feature f : fs) constraints.features |= unsigned(f);
+    return *this;
+  }
   Variant& up_to_seqlen(std::int64_t n) { constraints.max_seqlen = n; return *this; }
   // The launch puts the B·H (batch, head) pairs on grid.y or grid.z: at most kMaxGridYZ of them.
   Variant& batch_heads_on_grid_yz() { constraints.max_batch_heads = kMaxGridYZ; return *this; }
