@@ -200,6 +200,9 @@ struct Constraints {
   std::string describe() const;
 };
 
+// How far past the pass rule's tolerance an approximate variant may err before it is a bug.
+inline constexpr double kApproximateSlack = 64.0;
+
 // The largest grid.y or grid.z of a launch (CUDA's limit; grid.x takes 2^31 - 1).
 inline constexpr std::int64_t kMaxGridYZ = 65535;
 
@@ -254,6 +257,10 @@ struct Variant {
   bool deterministic = true;  // false: reruns may differ in the last bits (float atomics)
   bool writes_lse = false;    // attention: also writes the log-sum-exp of each row
   bool peer = false;          // a library the ladder compares against (cuBLAS, CUB), not a lesson
+  // Non-empty: an experiment that trades accuracy on purpose (fp16 accumulators, Part VI): its
+  // rows report the error and the pass rule's verdict, but a miss is the measurement, not a bug;
+  // it must still write every element, finite, within kApproximateSlack times the tolerance.
+  std::string approximate;
   std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
 
   // The registration block's setters; each returns the variant so they chain.
@@ -292,6 +299,7 @@ struct Variant {
   Variant& with_lse() { writes_lse = true; return *this; }
   Variant& nondeterministic() { deterministic = false; return *this; }
   Variant& as_peer() { peer = true; return *this; }
+  Variant& approximate_because(std::string why) { approximate = std::move(why); return *this; }
   Variant& compared_with(std::string id) { improves_on = std::move(id); return *this; }
 
   std::size_t workspace_bytes(const Problem& p) const { return workspace ? workspace(p) : 0; }
