@@ -120,17 +120,22 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
       ->group(attention);
   auto* serving = "Attention as models run it (Part VI)";
-  app.add_option("--kv-heads", o.kv_heads, "K/V heads Hkv, dividing H (GQA; 1 = MQA)")
-      ->check(kPositive)->group(serving);
+  app.add_option("--kv-heads", o.kv_heads,
+                 "K/V heads Hkv, dividing H (GQA; 1 = MQA), comma separated; 0 = as many as H "
+                 "(--kv-heads 0,8 times dense and GQA in one run)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber)->group(serving);
   app.add_option("--kv-n", o.kv_seqlens,
                  "Keys per sequence, comma separated (decode: --n is then the number of queries; "
                  "causal is aligned to the end)")
       ->delimiter(',')->check(kPositive)->group(serving);
-  app.add_option("--page-size", o.page_sizes, "A paged K/V cache with pages of this many rows (comma separated)")
-      ->delimiter(',')->check(kPositive)->group(serving);
+  app.add_option("--page-size", o.page_sizes,
+                 "A paged K/V cache with pages of this many rows, comma separated; 0 = contiguous "
+                 "(--page-size 0,64 times both in one run)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber)->group(serving);
   app.add_option("--varlen", o.varlen,
                  "A packed variable-length batch: lengths 1,17,4097 (one per sequence; --b and --n "
-                 "are then ignored) or random:COUNT:MAX[:SEED]")
+                 "are then ignored) or random:COUNT:MAX[:SEED]; repeat the option for more batches, "
+                 "and give 'dense' for the dense problems of --b and --n in the same run")
       ->group(serving);
 
   auto* other = "Matrix product and reduction problems";
@@ -202,12 +207,13 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       outcome.message = fmt::format("error: --tokens {} is not a multiple of N={}", o.tokens, n);
       return outcome;
     }
-  if (!o.varlen.empty() && !parse_varlen(o.varlen)) {
-    outcome.exit_code = exit_code::kUsage;
-    outcome.message = fmt::format(
-        "error: --varlen {}: give positive lengths (1,17,4097) or random:COUNT:MAX[:SEED]", o.varlen);
-    return outcome;
-  }
+  for (const std::string& spec : o.varlen)
+    if (spec != "dense" && !parse_varlen(spec)) {
+      outcome.exit_code = exit_code::kUsage;
+      outcome.message = fmt::format(
+          "error: --varlen {}: give positive lengths (1,17,4097), random:COUNT:MAX[:SEED] or dense", spec);
+      return outcome;
+    }
   if (!o.varlen.empty() && !o.kv_seqlens.empty()) {
     outcome.exit_code = exit_code::kUsage;
     outcome.message = "error: --varlen and --kv-n together are not supported (a varlen batch has "
@@ -270,31 +276,38 @@ std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
   std::vector<bool> masks;
   if (o.mask == "none" || o.mask == "both") masks.push_back(false);
   if (o.mask == "causal" || o.mask == "both") masks.push_back(true);
-  const std::vector<int> lens = o.varlen.empty() ? std::vector<int>{} : parse_varlen(o.varlen).value();
-  const std::vector<int> seqlens =
-      lens.empty() ? o.seqlens : std::vector<int>{*std::max_element(lens.begin(), lens.end())};
+  // One entry per batch layout: the lengths of a varlen batch, or empty for the dense problems.
+  std::vector<std::vector<int>> layouts;
+  for (const std::string& spec : o.varlen) layouts.push_back(spec == "dense" ? std::vector<int>{} : *parse_varlen(spec));
+  if (layouts.empty()) layouts.push_back({});
   const std::vector<int> kv_seqlens = o.kv_seqlens.empty() ? std::vector<int>{0} : o.kv_seqlens;
   const std::vector<int> pages = o.page_sizes.empty() ? std::vector<int>{0} : o.page_sizes;
+  const std::vector<int> kv_heads = o.kv_heads.empty() ? std::vector<int>{0} : o.kv_heads;
   for (const std::string& name : o.dtypes) {
     const DType dtype = parse_dtype(name).value_or(DType::F16);  // the option admits known names only
     for (int d : o.head_dims)
       for (bool causal : masks)
-        for (int n : seqlens)
-          for (int kv_n : kv_seqlens)
-            for (int page : pages) {
-              AttentionShape s;
-              s.batch = !lens.empty() ? int(lens.size()) : o.tokens > 0 ? o.tokens / n : o.batch;
-              s.heads = o.heads;
-              s.seqlen = n;
-              s.head_dim = d;
-              s.causal = causal;
-              s.dtype = dtype;
-              s.kv_heads = o.kv_heads;
-              s.kv_seqlen = kv_n;
-              s.q_lens = lens;
-              s.page_size = page;
-              shapes.push_back(s);
-            }
+        for (const auto& lens : layouts) {
+          const std::vector<int> seqlens =
+              lens.empty() ? o.seqlens : std::vector<int>{*std::max_element(lens.begin(), lens.end())};
+          for (int n : seqlens)
+            for (int kv_n : lens.empty() ? kv_seqlens : std::vector<int>{0})
+              for (int hkv : kv_heads)
+                for (int page : pages) {
+                  AttentionShape s;
+                  s.batch = !lens.empty() ? int(lens.size()) : o.tokens > 0 ? o.tokens / n : o.batch;
+                  s.heads = o.heads;
+                  s.seqlen = n;
+                  s.head_dim = d;
+                  s.causal = causal;
+                  s.dtype = dtype;
+                  s.kv_heads = hkv;
+                  s.kv_seqlen = kv_n;
+                  s.q_lens = lens;
+                  s.page_size = page;
+                  shapes.push_back(s);
+                }
+        }
   }
   return shapes;
 }

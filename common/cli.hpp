@@ -25,10 +25,12 @@ struct CliOptions {
   int tokens = 0;             // > 0: batch = tokens / N for each N (the FlashAttention papers' grid)
   bool large_logits = false;  // Q×5, K×3
   // Part VI (common/problem.hpp): 0 / empty = off.
-  int kv_heads = 0;                 // GQA: K/V heads
+  std::vector<int> kv_heads;        // GQA: K/V heads, one problem per value (0 = as many as H)
   std::vector<int> kv_seqlens;      // decode: keys per sequence, one problem per value (N = queries)
-  std::vector<int> page_sizes;      // paged K/V cache, one problem per value
-  std::string varlen;               // "1,17,4097" or "random:COUNT:MAX[:SEED]": the query lengths
+  std::vector<int> page_sizes;      // paged K/V cache, one problem per value (0 = contiguous)
+  // Variable-length batches, one problem per value: "1,17,4097" or "random:COUNT:MAX[:SEED]" (the
+  // query lengths), or "dense" for the dense problems of --b and --n in the same run.
+  std::vector<std::string> varlen;
 
   std::vector<int> gemm = {4096, 4096, 4096};
   std::int64_t count = std::int64_t(1) << 26;

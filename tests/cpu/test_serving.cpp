@@ -369,6 +369,19 @@ TEST_CASE("--varlen, --kv-heads, --kv-n and --page-size", "[serving][cli]") {
   CHECK(vs[0].seqlen == 300);
   CHECK(vs[0].total_q() == 322);
 
+  std::vector<const char*> both = {"ladder", "--varlen", "5,300,17", "--varlen", "dense", "--n", "64",
+                                   "--kv-heads", "0,2", "--heads", "4"};
+  const auto pboth = parse_cli(int(both.size()), both.data(), -1);
+  REQUIRE(pboth.options);
+  const auto bs = attention_shapes(*pboth.options);
+  REQUIRE(bs.size() == 4);  // (varlen, dense) × (Hkv = H, Hkv = 2), in that order
+  CHECK(bs[0].varlen());
+  CHECK_FALSE(bs[0].gqa());
+  CHECK(bs[1].group() == 2);
+  CHECK_FALSE(bs[2].varlen());
+  CHECK(bs[2].seqlen == 64);
+  CHECK(bs[3].gqa());
+
   std::vector<const char*> bad = {"ladder", "--varlen", "3,0"};
   const auto pb = parse_cli(int(bad.size()), bad.data(), -1);
   CHECK_FALSE(pb.options);
