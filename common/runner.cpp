@@ -842,6 +842,10 @@ ErrorStats worst_gradient(const std::vector<std::pair<std::string, ErrorStats>>&
 
 ProblemRun run_backward(Session& session, const AttentionShape& shape,
                         std::span<const VariantRef> variants, const RunOptions& options) {
+  // Part V's backward is the dense problem's; Part VI's properties have no backward step yet.
+  if (features_of(shape) != 0)
+    throw UsageError(fmt::format("the backward track runs dense problems only (asked for {})",
+                                 shape.to_string()));
   ProblemRun run = begin_run(
       Kind::Backward, shape,
       {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
