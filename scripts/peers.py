@@ -49,7 +49,8 @@ with fewer heads, [B, N, H, D]), flash_attn_varlen_func (cu_seqlens) and its pag
 variants through ladder_attention_serving in the ladder's layouts (common/problem.hpp; K/V pool
 [num_pages, Hkv, page_size, D]): each candidate its own contiguous copy of the same values. A
 variant the library does not have, or one that refuses the shape, gets a row saying why (not a
-failure). Every output is checked against an fp32-math reference on the same inputs (causal
+failure). Every output is checked against an fp32-math reference on the same inputs (sampled
+query rows of a long prefill: the first and last 32 and 64 between, of each sequence; causal
 aligned to the end, FlashAttention's convention; SDPA's is_causal aligns to the top left, so its
 causal rows are refused where Nq != Nk). Rows give GB/s, counting Q, K, V and O once (the pages in
 use, not the block table), and that as a percentage of a 4 GiB device-to-device copy timed first
@@ -496,37 +497,58 @@ def describe(s, dtype_name):
     return what + (f" page={s['page_size']}" if s["page_size"] else "") + f" {dtype_name}"
 
 
-def serving_reference(q, k, v, causal, budget=1 << 28):
-    """O in fp32 math of q [B, H, Nq, D] with k, v [B, Hkv, Nk, D]: Q head h reads K/V head
-    h // (H / Hkv), causal aligned to the end (query i sees keys j <= Nk - Nq + i; common/problem.hpp).
-    The queries of one K/V head are stacked, so K and V are widened to fp32 once, never repeated per
-    Q head; the scores go `rows` queries at a time, at most `budget` fp32 values."""
+def sampled_rows(n, edge=32, inner=64):
+    """The query rows whose output is checked, as the harness samples them: all of a short sequence,
+    else the first and last `edge` (the mask's corners, a ragged last tile) and `inner` drawn in
+    between by a generator seeded with n. An fp32 reference of every row of a prefill of 16 sequences
+    up to 8192 long would be minutes of fp32 GEMMs; a wrong layout or mask shows in any row."""
+    if n <= 2 * edge + inner:
+        return list(range(n))
+    middle = random.Random(n).sample(range(edge, n - edge), inner)
+    return list(range(edge)) + sorted(middle) + list(range(n - edge, n))
+
+
+def serving_reference(q, k, v, causal, rows, budget=1 << 28):
+    """O in fp32 math of the query rows `rows` (positions, a list) of q [B, H, Nq, D] with k, v
+    [B, Hkv, Nk, D], as [B, H, len(rows), D]: Q head h reads K/V head h // (H / Hkv), causal aligned
+    to the end (query i sees keys j <= Nk - Nq + i; common/problem.hpp). The queries of one K/V head
+    are stacked, so K and V are widened to fp32 once, never repeated per Q head; the scores go a
+    block of rows at a time, at most `budget` fp32 values."""
     bsz, heads, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     group = heads // hkv
     kt = k.float()[:, :, None].transpose(-1, -2)  # [B, Hkv, 1, D, Nk]
     vf = v.float()[:, :, None]
-    qf = q.float().reshape(bsz, hkv, group, nq, d)
-    out = torch.empty(bsz, hkv, group, nq, d, dtype=torch.float32, device=q.device)
-    rows = max(1, budget // (bsz * heads * nk))
-    for i in range(0, nq, rows):
-        s = torch.matmul(qf[:, :, :, i:i + rows], kt) * d ** -0.5
+    qf = q.reshape(bsz, hkv, group, nq, d)
+    out = torch.empty(bsz, hkv, group, len(rows), d, dtype=torch.float32, device=q.device)
+    step = max(1, budget // (bsz * heads * nk))
+    for i in range(0, len(rows), step):
+        block = torch.tensor(rows[i:i + step], dtype=torch.int64, device=q.device)
+        s = torch.matmul(qf[:, :, :, block].float(), kt) * d ** -0.5
         if causal:
-            last = torch.arange(i, min(i + rows, nq), device=q.device)[:, None] + (nk - nq)
+            last = block[:, None] + (nk - nq)
             s = s.masked_fill(torch.arange(nk, device=q.device)[None, :] > last, float("-inf"))
-        out[:, :, :, i:i + rows] = torch.matmul(torch.softmax(s, dim=-1), vf)
-    return out.reshape(bsz, heads, nq, d)
+        out[:, :, :, i:i + step] = torch.matmul(torch.softmax(s, dim=-1), vf)
+    return out.reshape(bsz, heads, len(rows), d)
 
 
 def varlen_reference(q, k, v, cu, causal):
-    """serving_reference of each sequence of a packed batch: q [total_q, H, D], k, v [total_k,
-    Hkv, D], cu the (host) prefix sums of the lengths (keys = queries); O [total_q, H, D] fp32."""
-    out = torch.empty(q.shape[0], q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+    """serving_reference of each sequence of a packed batch (q [total_q, H, D], k, v [total_k, Hkv,
+    D], cu the host prefix sums of the lengths, keys = queries) at its sampled rows: (the packed
+    indices of those rows, O [rows, H, D] fp32)."""
+    index, parts = [], []
     for b in range(len(cu) - 1):
         lo, hi = cu[b], cu[b + 1]
+        rows = sampled_rows(hi - lo)
         one = [x[lo:hi].transpose(0, 1)[None] for x in (q, k, v)]
-        out[lo:hi] = serving_reference(*one, causal)[0].transpose(0, 1)
-    return out
+        parts.append(serving_reference(*one, causal, rows)[0].transpose(0, 1))
+        index += [lo + r for r in rows]
+    out = torch.empty(len(index), q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+    at = 0
+    for part in parts:
+        out[at:at + part.shape[0]] = part
+        at += part.shape[0]
+    return index, out
 
 
 def paged_pools(k, v, page_size):
@@ -684,18 +706,23 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
                 s["cu"].append(s["cu"][-1] + n)
             q = torch.randn(total, h, d, dtype=dtype, device="cuda")
             k, v = (torch.randn(total, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
-            ref = varlen_reference(q, k, v, s["cu"], s["causal"])
+            index, ref = varlen_reference(q, k, v, s["cu"], s["causal"])
+            index = torch.tensor(index, dtype=torch.int64, device="cuda")
+            sample = lambda o: o[index]  # noqa: E731  the sampled rows of a packed O
         else:
             q = torch.randn(s["batch"], h, s["seqlen"], d, dtype=dtype, device="cuda")
             k, v = (torch.randn(s["batch"], hkv, s["kv_seqlen"], d, dtype=dtype, device="cuda") for _ in range(2))
-            ref = serving_reference(q, k, v, s["causal"])
+            positions = sampled_rows(s["seqlen"])
+            ref = serving_reference(q, k, v, s["causal"], positions)
+            index = torch.tensor(positions, dtype=torch.int64, device="cuda")
+            sample = lambda o: o[:, :, index]  # noqa: E731
             if s["page_size"]:
                 s["ladder_pools"], s["fa4_pools"], s["block_table"] = paged_pools(k, v, s["page_size"])
         flops, nbytes = serve_flops(s), serve_bytes(s)
         base = {"kind": "attention", "pass": "serve", "shape_kind": s["kind"], "batch": s["batch"], "heads": h,
                 "kv_heads": hkv, "seqlen": s["seqlen"], "kv_seqlen": s["kv_seqlen"], "head_dim": d,
                 "causal": s["causal"], "dtype": args.dtype, "page_size": s["page_size"], "flops": flops,
-                "bytes": nbytes, "reference": "fp32"}
+                "bytes": nbytes, "reference": "fp32", "checked_rows": int(ref.shape[0] if s["q_lens"] else ref.shape[2])}
         if s["q_lens"]:
             base["q_lens"] = s["q_lens"]
         shape_rows, fns, keep = [], [], []
@@ -707,7 +734,7 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
                 keep.append(call)
                 call()  # a peer that refuses the shape raises here; FA4 compiles here
                 torch.cuda.synchronize()
-                output_check(row, output(), ref, args.dtype)
+                output_check(row, sample(output()), ref, args.dtype)
                 fn, row["timing_method"] = as_graph(call)
                 fns.append(fn)
             except Exception as e:  # refused, unknown to the library, or failed: say why

@@ -330,7 +330,8 @@ S = peers.serve_shape
 peers.COPY_BYTES = 1 << 16
 peers.serve_shapes = lambda quick, grid, seed, count, longest: [
     S("decode", 2, 4, 2, 1, 40, 16, False), S("decode", 2, 4, 2, 3, 40, 16, True),
-    S("gqa", 1, 4, 2, 24, 24, 16, True), S("varlen", 3, 4, 2, 17, 17, 16, True, [1, 17, 5]),
+    S("gqa", 1, 4, 2, 24, 24, 16, True), S("gqa", 1, 4, 2, 200, 200, 16, True),
+    S("varlen", 4, 4, 2, 150, 150, 16, True, [1, 17, 150, 5]),
     S("paged", 2, 4, 2, 1, 40, 16, False, page_size=16)]
 
 
@@ -384,7 +385,7 @@ def run_fake_serve(tmp, name, fa4_mode, *extra):
     data = json.loads(out.read_text()) if out.exists() else {"rows": []}
     rows = {}
     for x in data["rows"]:
-        rows[(x["name"], x.get("shape_kind"), x.get("seqlen"), x.get("page_size"))] = x
+        rows[(x["name"], x.get("shape_kind"), x.get("seqlen"), x.get("page_size"))] = x  # (name, kind, Nq, page)
     return r, data, rows
 
 
@@ -434,7 +435,8 @@ def test_peers_serve(tmp, capi):
           and data["provenance"].get("dtype") == "bf16", "peers.py --pass serve (stand-in torch): exit 0, bf16 by default")
     copy = [x for x in data["rows"] if x["kind"] == "copy"]
     check(len(copy) == 1 and copy[0]["bytes"] == 2 << 16 and copy[0]["gbps"] > 0, "serve: the device copy's row first")
-    for kind, nq, page in (("decode", 1, 0), ("decode", 3, 0), ("gqa", 24, 0), ("varlen", 17, 0), ("paged", 1, 16)):
+    for kind, nq, page in (("decode", 1, 0), ("decode", 3, 0), ("gqa", 24, 0), ("gqa", 200, 0), ("varlen", 150, 0),
+                           ("paged", 1, 16)):
         for name in ("fa4", "ladder:28/split_kv"):
             row = rows.get((name, kind, nq, page), {})
             check(row.get("output_check") == "pass" and row.get("rel_diff", 1) < 1e-5 and row.get("reference") == "fp32"
@@ -448,14 +450,19 @@ def test_peers_serve(tmp, capi):
               f"serve: SDPA {name} with enable_gqa on decode and GQA prefill")
         check("top left" in rows.get((name, "decode", 3, 0), {}).get("error", ""),
               f"serve: SDPA {name} causal with Nq < Nk refused (its mask is aligned to the top left)")
-        check("variable-length" in rows.get((name, "varlen", 17, 0), {}).get("error", ""),
+        check("variable-length" in rows.get((name, "varlen", 150, 0), {}).get("error", ""),
               f"serve: SDPA {name} has no varlen row")
         check(rows.get((name, "paged", 1, 16), {}).get("kv_layout") == "contiguous"
               and rows[(name, "paged", 1, 16)].get("output_check") == "pass",
               f"serve: SDPA {name} on a paged shape runs the contiguous K/V and says so")
-    row = rows.get(("ladder:28/split_kv", "varlen", 17, 0), {})
-    check(row.get("q_lens") == [1, 17, 5] and row.get("kv_layout") == "packed"
-          and row.get("bytes") == (2 * 23 * 4 + 2 * 23 * 2) * 16 * 2, "serve varlen row: its lengths, packed, bytes")
+    row = rows.get(("ladder:28/split_kv", "varlen", 150, 0), {})
+    check(row.get("q_lens") == [1, 17, 150, 5] and row.get("kv_layout") == "packed"
+          and row.get("bytes") == (2 * 173 * 4 + 2 * 173 * 2) * 16 * 2 and row.get("checked_rows") == 1 + 17 + 128 + 5,
+          "serve varlen row: its lengths, packed, bytes; every row of a short sequence checked, 128 of a long one")
+    rows200 = peers.sampled_rows(200)
+    check(len(rows200) == 128 == len(set(rows200)) and rows200[:32] == list(range(32)) and rows200[-32:] == list(range(168, 200))
+          and rows.get(("fa4", "gqa", 200, 0), {}).get("checked_rows") == 128 and peers.sampled_rows(100) == list(range(100)),
+          "serve: a long prefill checks 128 sampled rows (the first and last 32, 64 between), a short one all")
     check(rows.get(("fa4", "paged", 1, 16), {}).get("kv_layout") == "paged", "serve: FA4's paged row")
 
     r, data, rows = run_fake_serve(tmp, "fake-serve-wrong", "sm90", "--ladder-lib", str(a),
@@ -463,6 +470,7 @@ def test_peers_serve(tmp, capi):
     check(r.returncode == 1 and "FAIL: ladder:26/head_mod" in r.stderr and "FAIL: ladder:29/in_order" in r.stderr,
           "serve: a wrong GQA head mapping and a page walk without the block table FAIL, exit 1")
     check(rows.get(("ladder:26/head_mod", "gqa", 24, 0), {}).get("output_check") == "FAIL"
+          and rows.get(("ladder:26/head_mod", "gqa", 200, 0), {}).get("output_check") == "FAIL"
           and rows.get(("ladder:29/in_order", "paged", 1, 16), {}).get("output_check") == "FAIL"
           and rows.get(("ladder:29/in_order", "decode", 1, 0), {}).get("output_check") == "pass",
           "serve: ... on the shapes where the mistake matters only")

@@ -23,7 +23,7 @@ class _DType:
         return "torch." + self.name
 
 
-float16, bfloat16, float32, int32 = _DType("float16"), _DType("bfloat16"), _DType("float32"), _DType("int32")
+float16, bfloat16, float32, int32, int64 = (_DType(n) for n in ("float16", "bfloat16", "float32", "int32", "int64"))
 _rng = np.random.default_rng(0)
 
 
@@ -112,6 +112,8 @@ def _index(index):
     """An index tensor (torch's advanced indexing) as numpy's integer array."""
     if isinstance(index, Tensor):
         return index.a.astype(np.int64)
+    if isinstance(index, tuple):
+        return tuple(_index(i) for i in index)
     return index
 
 
