@@ -517,19 +517,20 @@ def serving_reference(q, k, v, causal, rows, budget=1 << 28):
     bsz, heads, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
     group = heads // hkv
-    kt = k.float()[:, :, None].transpose(-1, -2)  # [B, Hkv, 1, D, Nk]
-    vf = v.float()[:, :, None]
-    qf = q.reshape(bsz, hkv, group, nq, d)
-    out = torch.empty(bsz, hkv, group, len(rows), d, dtype=torch.float32, device=q.device)
+    kt, vf = k.float().transpose(-1, -2), v.float()  # [B, Hkv, D, Nk], [B, Hkv, Nk, D]
+    out = torch.empty(bsz, heads, len(rows), d, dtype=torch.float32, device=q.device)
     step = max(1, budget // (bsz * heads * nk))
     for i in range(0, len(rows), step):
         block = torch.tensor(rows[i:i + step], dtype=torch.int64, device=q.device)
-        s = torch.matmul(qf[:, :, :, block].float(), kt) * d ** -0.5
+        n = len(rows[i:i + step])
+        # Q heads h = hk·G + g are adjacent: [B, H, n, D] is [B, Hkv, G·n, D], one GEMM per K/V head.
+        s = torch.matmul(q[:, :, block].float().reshape(bsz, hkv, group * n, d), kt) * d ** -0.5
         if causal:
             last = block[:, None] + (nk - nq)
-            s = s.masked_fill(torch.arange(nk, device=q.device)[None, :] > last, float("-inf"))
-        out[:, :, :, i:i + step] = torch.matmul(torch.softmax(s, dim=-1), vf)
-    return out.reshape(bsz, heads, len(rows), d)
+            s = s.reshape(bsz, hkv, group, n, nk).masked_fill(
+                torch.arange(nk, device=q.device)[None, :] > last, float("-inf")).reshape(bsz, hkv, group * n, nk)
+        out[:, :, i:i + n] = torch.matmul(torch.softmax(s, dim=-1), vf).reshape(bsz, heads, n, d)
+    return out
 
 
 def varlen_reference(q, k, v, cu, causal):
@@ -693,7 +694,7 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
     copy_gbps = 2 * COPY_BYTES / (t["median_ms"] * 1e-3) / 1e9
     rows.append({"kind": "copy", "name": "device-copy-4GiB", "bytes": 2 * COPY_BYTES, **t, "timing_method": method,
                  "gbps": copy_gbps})
-    src = dst = None
+    src = dst = fn = None
     print(f"{'device-to-device copy, 4 GiB':38s} {copy_gbps:.0f} GB/s (read + write; the ceiling below)", flush=True)
 
     failed = []
