@@ -17,7 +17,8 @@
     stand-in, SDPA with enable_gqa, FA4's flash_attn_func / varlen / paged calls and the ladder's
     serving call each checked against the fp32 reference (causal aligned to the end), GB/s and % of
     the device copy; a wrong GQA head map or a page walk without the block table FAILs; the real
-    library's ladder_attention_serving refuses bad arguments with a message
+    library's ladder_attention_serving refuses bad arguments with a message; make_tables.py's
+    servecheck table (GB/s and % of copy for decode and paged, TFLOP/s for prefill)
   - scripts/make_tables.py: the crosscheck table with FlashAttention-4's column and ratios, a FAIL
     row shown as FAIL, and the compare table's new/old ratios and its noise mark; the backward's
     crosscheck table (step 98's cuDNN row, the FA2 column)
@@ -464,6 +465,18 @@ def test_peers_serve(tmp, capi):
           and rows.get(("fa4", "gqa", 200, 0), {}).get("checked_rows") == 128 and peers.sampled_rows(100) == list(range(100)),
           "serve: a long prefill checks 128 sampled rows (the first and last 32, 64 between), a short one all")
     check(rows.get(("fa4", "paged", 1, 16), {}).get("kv_layout") == "paged", "serve: FA4's paged row")
+    (tmp / "fake-serve-copy.json").write_text(json.dumps(data))
+    make_tables.DOCS = tmp
+    t = make_tables.render("servecheck fake-serve-copy.json kind=decode ids=28/split_kv,28/missing")
+    print(t)
+    check(t.startswith("decode: GB/s") and "| PyTorch cuDNN | PyTorch FA2 | FA4 | 28/split_kv | % of copy | × cuDNN | × FA4 |" in t
+          and "| 2 | 4 | 2 | 3 | 40 | 16 | causal | — | — |" in t and "| 1.00× | 1.00× | — | — | — | — |" in t,
+          "servecheck decode: GB/s, % of copy, ratios; SDPA's refused causal decode and a missing variant read —")
+    t = make_tables.render("servecheck fake-serve-copy.json kind=varlen ids=28/split_kv")
+    check(t.startswith("varlen: TFLOP/s") and "| 4 (4 seqs, 173 tokens) | 4 | 2 | varlen | varlen | 16 | causal |" in t
+          and "% of copy" not in t, "servecheck varlen: TFLOP/s, the batch's sequences and tokens")
+    t = make_tables.render("servecheck fake-serve-copy.json kind=paged ids=28/split_kv")
+    check("| page |" in t and "contiguous K/V" in t, "servecheck paged: the page column, SDPA's contiguous rows said so")
 
     r, data, rows = run_fake_serve(tmp, "fake-serve-wrong", "sm90", "--ladder-lib", str(a),
                                    "--ours", "26/head_mod,29/in_order", "--backends", "fa4")
