@@ -553,10 +553,16 @@ stage_bwdpeers() {
 stage_servepeers() {
   need_bin servepeers || return 1
   [ -f "$capi" ] || { note "servepeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
-  local ids=() s main
+  local ids=() s main grid rc=0
+  listed 99/cudnn && ids+=(99/cudnn)
   for s in 26 27 28 29; do mapfile -t main < <(variants_of main "$s"); ids+=("${main[@]}"); done
   ((${#ids[@]})) || note "  servepeers: no Part VI variant in this build: PyTorch's and FA4's rows only"
-  peers_run servepeers --pass serve --dtype bf16 ${ids[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${ids[@]}")"}
+  # One grid per run: each stays well under the stage's cap (FA4 compiles once per configuration).
+  for grid in ${ROUND_SERVE_GRIDS:-decode paged gqa varlen}; do
+    peers_run "servepeers-$grid" --pass serve --grid "$grid" --dtype bf16 \
+      ${ids[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${ids[@]}")"} || rc=1
+  done
+  return $rc
 }
 stage_compare() {
   need_bin compare || return 1
