@@ -195,13 +195,13 @@ std::unique_ptr<CudnnGraph> build_graph(cudnnHandle_t handle, const CudnnGraphKe
                      .set_name("sdpa_forward")
                      .set_attn_scale(std::bit_cast<float>(key.scale_bits))
                      .set_generate_stats(key.stats);
-  if (key.causal && (geo.decode || geo.varlen)) {
+  if (key.causal && geo.decode) {
     // The harness's causal mask aligned to the end (query i of Nq sees keys j <= Nk - Nq + i):
-    // cuDNN's bottom-right diagonal, taken per sequence under the padding mask. Where Nq = Nk it
-    // is the top-left one.
+    // cuDNN's bottom-right diagonal (under a varlen batch's padding mask, each sequence's own).
     options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT).set_diagonal_band_right_bound(0);
   } else {
-    // The causal mask is the top-left one (key j visible to query i when j <= i), the harness's.
+    // The causal mask is the top-left one (key j visible to query i when j <= i), the harness's
+    // wherever every sequence has as many keys as queries (then top left and bottom right agree).
     options.set_causal_mask(key.causal);
   }
   if (geo.padded()) {
