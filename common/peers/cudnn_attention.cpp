@@ -5,6 +5,9 @@
 //   first launch for a problem:  build the SDPA graph (heuristics, plan compilation, workspace),
 //                                cache it under its key, then execute it
 //   every later launch:          look the graph up, set the stream, execute
+// A variable-length batch adds a small kernel before execute() (cu_seqlens to cuDNN's lengths and
+// ragged offsets) and, with the LSE, one after it (token-major to the harness's head-major LSE):
+// both are GPU work a caller of cuDNN 9.19 pays, so both are timed (cudnn_varlen.cu).
 // The harness's first launch of a variant is its untimed check run, and its timing loop warms up
 // before the first timed repetition, so no build is ever inside a timed repetition.
 #include "common/peers/cudnn_attention.hpp"
