@@ -317,22 +317,22 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
 }
 
 // Causal: step 21's snake for both variants; the variants differ in the unmasked walk.
-template <class Plain, class Element>
+template <class Scheduler, class Element>
 void launch_element(const AttentionArgs& a, cudaStream_t stream) {
   ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
     using T = Tile<kHeadDim, Element>;
     if (a.shape.causal) launch_tile<hopper::Snake, T, true>(a, stream);
-    else launch_tile<Plain, T, false>(a, stream);
+    else launch_tile<Scheduler, T, false>(a, stream);
   });
 }
 
-template <class Plain>
+template <class Scheduler>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.dtype == ladder::DType::BF16) launch_element<Plain, __nv_bfloat16>(a, stream);
-  else launch_element<Plain, __half>(a, stream);
+  if (a.shape.dtype == ladder::DType::BF16) launch_element<Scheduler, __nv_bfloat16>(a, stream);
+  else launch_element<Scheduler, __half>(a, stream);
 }
 
-template <class Plain, int kHeadDim>
+template <class Scheduler, int kHeadDim>
 std::vector<ladder::KernelInfo> kernels(const char* schedule) {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
@@ -341,7 +341,7 @@ std::vector<ladder::KernelInfo> kernels(const char* schedule) {
                                         T::kBlockM, T::kBlockN, T::kStages, schedule, type);
     const auto causal_name = ladder::strprintf("persistent_kernel<D=%d,%dx%d,%d stages,snake,gqa%s> causal", kHeadDim,
                                                T::kBlockM, T::kBlockN, T::kStages, type);
-    out.push_back(ladder::kernel(name, persistent_kernel<Plain, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
+    out.push_back(ladder::kernel(name, persistent_kernel<Scheduler, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
     out.push_back(ladder::kernel(causal_name, persistent_kernel<hopper::Snake, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
   };
@@ -351,10 +351,10 @@ std::vector<ladder::KernelInfo> kernels(const char* schedule) {
 }
 
 // `duplicate`: where this variant launches another's kernel (its id), or nothing.
-template <class Plain>
+template <class Scheduler>
 ladder::Variant variant(const char* name, const char* schedule, const char* description,
                         std::optional<std::string> (*duplicate)(const ladder::AttentionShape&)) {
-  return ladder::attention_variant(name, description, launch<Plain>)
+  return ladder::attention_variant(name, description, launch<Scheduler>)
       .needs_sm(90)
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
@@ -362,7 +362,7 @@ ladder::Variant variant(const char* name, const char* schedule, const char* desc
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .same_kernel_when(duplicate)
       .with_kernels([schedule](int d) {
-        return d == 128 ? kernels<Plain, 128>(schedule) : kernels<Plain, 64>(schedule);
+        return d == 128 ? kernels<Scheduler, 128>(schedule) : kernels<Scheduler, 64>(schedule);
       });
 }
 
