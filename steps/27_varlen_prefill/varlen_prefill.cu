@@ -108,7 +108,7 @@ __device__ __forceinline__ Sequence sequence_of(const hopper::VarlenTile& w, con
 }
 
 // ---- The kernel -------------------------------------------------------------------------------
-// grid: Scheduler::grid_size (about one CTA per SM); 1 producer + 2 consumer warpgroups.
+// grid: min(tiles, SMs), one CTA per SM; 1 producer + 2 consumer warpgroups.
 template <class Scheduler, class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     persistent_kernel(const __grid_constant__ CUtensorMap tm_q,
