@@ -118,3 +118,28 @@ TEST_CASE("the dynamic schedule's list covers every tile once, heaviest first in
   CHECK(Dynamic::window_heads(50u << 20, 64u << 20, 64) == 1);
   CHECK(Dynamic::window_heads(50u << 20, 1u << 10, 64) == 64);
 }
+
+TEST_CASE("the group walk covers every tile once, the group's heads innermost", "[scheduler]") {
+  for (const auto& [bh, n] : kProblems)
+    for (int group : {1, 4, 8}) {
+      if (bh % group != 0) continue;
+      TileList list = make_tile_list(bh, n, 128);
+      list.group = group;
+      for (int grid : {1, 5, 132}) check_static_cover<GroupWalk>(list, std::min(grid, list.n_tiles));
+      // Consecutive tiles: the next head of the group at the same query block, or the group's
+      // first head at the next query block (or the next group's first tile).
+      for (int t = 0; t + 1 < list.n_tiles; ++t) {
+        const WorkTile a = GroupWalk::decode(list, t), b = GroupWalk::decode(list, t + 1);
+        INFO("B·H=" << bh << " N=" << n << " G=" << group << " tile " << t);
+        if ((a.bh + 1) % group != 0) CHECK((b.bh == a.bh + 1 && b.m_block == a.m_block));
+        else if (a.m_block + 1 < list.m_blocks) CHECK((b.bh == a.bh + 1 - group && b.m_block == a.m_block + 1));
+        else CHECK((b.bh == a.bh + 1 && b.m_block == 0));
+      }
+    }
+  // Group 1 is the row walk's head-major order.
+  const TileList list = make_tile_list(6, 1000, 128);
+  for (int t = 0; t < list.n_tiles; ++t) {
+    CHECK(GroupWalk::decode(list, t).bh == RowWalk<false>::decode(list, t).bh);
+    CHECK(GroupWalk::decode(list, t).m_block == RowWalk<false>::decode(list, t).m_block);
+  }
+}

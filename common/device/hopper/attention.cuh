@@ -114,14 +114,15 @@ __device__ __forceinline__ void finalize_rows(float (&o)[kHeadDim / 2], const fl
   }
 }
 
+// `row_stride`: elements from one row to the next (Part VI's packed layout [tokens, H, D]: H·D).
 template <int kHeadDim, class Element>
 __device__ __forceinline__ void store_o_rows(const float (&o)[kHeadDim / 2], Element* o_head, int row0,
-                                             int n, int t) {
+                                             int n, int t, std::int64_t row_stride = kHeadDim) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
     if (row >= n) continue;
-    Element* dst = o_head + std::int64_t(row) * kHeadDim + 2 * t;
+    Element* dst = o_head + std::int64_t(row) * row_stride + 2 * t;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) store2(dst + 8 * j, o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
   }

@@ -25,6 +25,9 @@
 //            L2); with the causal mask heaviest query block first, so the short tiles fill the end
 //   Snake    static, causal: the same list walked right to left in every other row, so that the
 //            CTA which took the heaviest tile of one row takes the lightest of the next
+//   GroupWalk static, no mask, GQA (step 26): the row walk over a list numbered K/V-head-major
+//            with the Q heads of a group innermost, so the heads that read one K/V block run
+//            side by side (with the causal mask Snake's order already is: the head is innermost)
 //   Dynamic  causal: each CTA's producer takes its next tile from an atomic counter when it has
 //            loaded the current one's Q (longest-processing-time-first: who is free first gets
 //            the heaviest tile left), over a list ordered heaviest-first within windows of heads
@@ -58,7 +61,8 @@ struct WorkTile {
 struct TileList {
   int bh_count;
   int m_blocks;
-  int n_tiles;  // bh_count · m_blocks
+  int n_tiles;    // bh_count · m_blocks
+  int group = 1;  // GQA: consecutive heads that share one K/V head (GroupWalk's order)
 };
 
 inline TileList make_tile_list(std::int64_t bh_count, std::int64_t seqlen, int block_m) {
@@ -91,7 +95,7 @@ inline int persistent_grid(const ScheduleArgs& a) {
 // The CTA's r-th tile is a function of r: producer and consumers compute it each on their own,
 // and the handoff hooks do nothing. Row r of the list is tiles [rG, rG + G), one per CTA; a tile
 // index becomes (head, query block) head-major without a mask, heaviest query block first with it.
-template <bool kCausal, bool kSnakeRows>
+template <bool kCausal, bool kSnakeRows, bool kGroupInner = false>
 struct StaticSchedule {
   struct Params {
     TileList list;
@@ -107,9 +111,14 @@ struct StaticSchedule {
     return (kSnakeRows && (r & 1)) ? r * grid + (grid - 1 - cta) : r * grid + cta;
   }
   __host__ __device__ __forceinline__ static WorkTile decode(const TileList& list, int tile) {
-    if constexpr (kCausal)
+    if constexpr (kCausal) {
       return {tile % list.bh_count, list.m_blocks - 1 - tile / list.bh_count, tile < list.n_tiles};
-    else
+    } else if constexpr (kGroupInner) {
+      // (K/V head, query block, head within the group), the last fastest.
+      const int per_kv_head = list.m_blocks * list.group;
+      const int j = tile % per_kv_head;
+      return {tile / per_kv_head * list.group + j % list.group, j / list.group, tile < list.n_tiles};
+    } else
       return {tile / list.m_blocks, tile % list.m_blocks, tile < list.n_tiles};
   }
 
@@ -151,6 +160,12 @@ struct RowWalk : StaticSchedule<kCausal, false> {
 // the next.
 struct Snake : StaticSchedule<true, true> {
   using StaticSchedule<true, true>::StaticSchedule;
+};
+
+// No mask, GQA: the group's heads innermost (TileList::group), so a row of the list holds the
+// group's heads for the same query blocks and the CTAs that read one K/V head run together.
+struct GroupWalk : StaticSchedule<false, false, true> {
+  using StaticSchedule<false, false, true>::StaticSchedule;
 };
 
 // ---- The dynamic schedule (causal) ----------------------------------------------------------------

@@ -75,6 +75,46 @@ CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int he
   return map;
 }
 
+// ---- Host: the same for a packed variable-length tensor [tokens][H][D] (Part VI's varlen layout) --
+// The token is the row dimension and the head the outer one, with strides H·D·2 and D·2 bytes: a
+// tensor map's strides need only be multiples of 16 below 2^40, in any order, so the box
+// {64, box_rows, D/64, 1} at (0, token, 0, head) is still one head's [D/64][rows][64] tile. Rows
+// past the last token are zero-filled (loads) or dropped (stores); rows of the next sequence are
+// not: they are real data, which the kernel masks (keys) or does not store (queries).
+template <class Element>
+CUtensorMap make_varlen_tensor_map(const Element* base, std::int64_t tokens, int heads, int head_dim,
+                                   int box_rows, int box_column_blocks = 0) {
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
+  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
+                                            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error("the CUDA driver does not provide cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
+  if (tokens < 1 || tokens > (std::int64_t(1) << 32))
+    throw std::invalid_argument("a varlen tensor map takes 1 to 2^32 tokens, not " + std::to_string(tokens));
+  const cuuint64_t head_bytes = cuuint64_t(head_dim) * sizeof(Element);
+  const cuuint64_t sizes[4] = {64, cuuint64_t(tokens), cuuint64_t(head_dim / 64), cuuint64_t(heads)};
+  const cuuint64_t strides[3] = {head_bytes * cuuint64_t(heads), 64 * sizeof(Element), head_bytes};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows),
+                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / 64), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, kType, 4, const_cast<Element*>(base), sizes, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuTensorMapEncodeTiled (varlen) failed with CUresult " + std::to_string(int(r)));
+  return map;
+}
+
 // ---- Device ---------------------------------------------------------------------------------
 #if LADDER_SM90A
 // Fetch the tensor map's 128 bytes into the copy engine's cache ahead of the first copy.

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The figures of chapters 26 and 27 (Part VI's prefill steps), from the kernels' own formulas:
+
+  part6-gqa-order.png     step 26: which K/V head each tile of the unmasked list reads, row by row
+                          of 132 tiles (the CTAs that run side by side), in the head-major walk
+                          (step 21's) and the group walk (GroupWalk), B=4 Hq=32 Hkv=8 N=8192
+  part6-varlen-lpt.png    step 27: the work each of 132 CTAs gets from the varlen tile list of a
+                          batch with lengths drawn from 1..8192, longest first against the batch's
+                          order, causal and not; and the tiles a padded batch would cost
+
+The orders mirror common/device/hopper/tile_scheduler.cuh (StaticSchedule::decode, GroupWalk) and
+common/device/hopper/varlen_scheduler.cuh (make_varlen_plan, VarlenPlan::decode, the snake rows);
+the work model is scripts/figures.py's (a tile costs its K/V blocks plus half a block). Model
+only: the measured times are in the chapters. matplotlib is needed (CI never runs this script).
+
+  scripts/figures_prefill.py [--out docs/img]
+"""
+import argparse
+import pathlib
+import random
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SMS = 132
+BLOCK = 128       # kBlockM = kBlockN
+OVERHEAD = 0.5    # blocks of prologue + epilogue per tile (scripts/tile_model.py)
+
+
+def ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+# ---- step 26 -------------------------------------------------------------------------------------
+def head_major(t, bh, m_blocks, group):
+    return t // m_blocks, t % m_blocks
+
+
+def group_walk(t, bh, m_blocks, group):
+    per = m_blocks * group
+    j = t % per
+    return t // per * group + j % group, j // group
+
+
+def fig_gqa_order(out):
+    b, hq, hkv, n = 4, 32, 8, 8192
+    group, m_blocks, bh = hq // hkv, ceil_div(n, BLOCK), b * hq
+    tiles = bh * m_blocks
+    rows = ceil_div(tiles, SMS)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
+    for ax, (name, decode) in zip(axes, (("head_major (step 21's walk)", head_major),
+                                         ("group_order (GroupWalk, main)", group_walk))):
+        image = [[float("nan")] * SMS for _ in range(rows)]
+        q_heads_per_row = []
+        for r in range(rows):
+            heads = set()
+            for c in range(SMS):
+                t = r * SMS + c
+                if t < tiles:
+                    h, _ = decode(t, bh, m_blocks, group)
+                    image[r][c] = h // group
+                    heads.add(h)
+            q_heads_per_row.append(len(heads))
+        ax.imshow(image, aspect="auto", cmap="tab20", interpolation="nearest")
+        ax.set_title(f"{name}: {sum(q_heads_per_row) / rows:.1f} Q heads per row of {SMS} tiles", fontsize=9)
+        ax.set_xlabel(f"position in the row (one tile per CTA, {SMS} CTAs)", fontsize=8)
+        ax.set_ylabel("row of the tile list (time, roughly)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(f"Unmasked GQA tiles, B={b} Hq={hq} Hkv={hkv} N={n}: colour = the K/V head (b·Hkv + h/G) a tile reads.\n"
+                 "The group's heads are consecutive indices b·Hq + h, so both orders give a K/V head's "
+                 f"{group}·{m_blocks} readers one contiguous run of the list\n(about two rows); the group walk "
+                 "only permutes within that run, putting the group's heads side by side at each query block.",
+                 fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.savefig(out / "part6-gqa-order.png", dpi=100)
+    plt.close(fig)
+
+
+# ---- step 27 -------------------------------------------------------------------------------------
+def varlen_tiles(lens, heads, causal, longest_first):
+    """(b, head, m_block) in the list's order: make_varlen_plan + decode, written out."""
+    order = sorted(range(len(lens)), key=lambda b: -lens[b]) if longest_first else list(range(len(lens)))
+    out = []
+    if causal and longest_first:
+        levels = ceil_div(lens[order[0]], BLOCK)
+        for m in range(levels - 1, -1, -1):
+            for b in order:
+                if ceil_div(lens[b], BLOCK) > m:
+                    out += [(b, h, m) for h in range(heads)]
+    else:
+        for b in order:
+            blocks = ceil_div(lens[b], BLOCK)
+            for j in range(blocks):
+                m = blocks - 1 - j if causal else j
+                out += [(b, h, m) for h in range(heads)]
+    return out
+
+
+def weight(lens, tile, causal):
+    b, _, m = tile
+    blocks = ceil_div(lens[b], BLOCK)
+    return (min(blocks, m + 1) if causal else blocks) + OVERHEAD
+
+
+def snake_loads(lens, tiles, causal):
+    load = [0.0] * SMS
+    for t, tile in enumerate(tiles):
+        r, c = divmod(t, SMS)
+        load[SMS - 1 - c if r & 1 else c] += weight(lens, tile, causal)
+    return load
+
+
+def fig_varlen_lpt(out):
+    rng = random.Random(27)
+    lens = [rng.randint(1, 8192) for _ in range(16)]
+    heads = 32
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, causal in zip(axes, (False, True)):
+        for longest_first, color in ((True, "#2ca02c"), (False, "#d62728")):
+            tiles = varlen_tiles(lens, heads, causal, longest_first)
+            load = snake_loads(lens, tiles, causal)
+            mean = sum(load) / SMS
+            name = "longest_first (main)" if longest_first else "in_order"
+            ax.plot(range(SMS), load, color=color, lw=1.4,
+                    label=f"{name}: busiest CTA {max(load) / mean - 1:+.1%} over the mean")
+        ax.axhline(mean, color="black", ls="--", lw=0.8, label="mean work per CTA")
+        real = sum(ceil_div(n, BLOCK) for n in lens) * heads
+        padded = len(lens) * ceil_div(max(lens), BLOCK) * heads
+        ax.set_title(f"{'causal' if causal else 'no mask'}: {real} tiles (padded to the longest: {padded})", fontsize=9)
+        ax.set_xlabel("CTA (one per SM), snake rows", fontsize=8)
+        ax.set_ylabel("work (K/V blocks + ½ per tile)", fontsize=8)
+        ax.set_ylim(0, None)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"Varlen tile lists, H={heads}, 16 lengths drawn from 1..8192 (seed 27): {sorted(lens, reverse=True)}\n"
+                 "Work model only; the measured times are in chapter 27.", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    fig.savefig(out / "part6-varlen-lpt.png", dpi=100)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
+    out = pathlib.Path(ap.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    fig_gqa_order(out)
+    fig_varlen_lpt(out)
+    print(f"wrote part6-gqa-order.png, part6-varlen-lpt.png to {out}")
+
+
+if __name__ == "__main__":
+    main()
