@@ -1,5 +1,6 @@
 // The combine of split-KV decoding (flash-decoding): the partial outputs of the key ranges of one
-// query row, merged by their log-sum-exps. Steps 28 and 29 share it (common/split_kv.hpp has the
+// query row, merged by their log-sum-exps, across CTAs (combine_splits) and across the warps of
+// one CTA (merge_warps_and_store). Steps 28 and 29 share both (common/split_kv.hpp has the
 // split rule and the workspace's size).
 //
 // Why the merge is exact. Split s saw the keys J_s of the row and wrote
@@ -22,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "common/device/mma_element.cuh"
@@ -86,6 +88,97 @@ __global__ void __launch_bounds__(kCombineThreads)
   else
     *reinterpret_cast<std::uint32_t*>(dst) = ptx::pack2_as<Element>(acc[0], acc[1]);
   if (lane == 0 && lse != nullptr) lse[row] = lse2 * kLn2;
+}
+
+// ---- The same merge inside a CTA: its warps' partial states, then one row store ----------------
+// A decode CTA of kWarps warps, each with its own online softmax over its own key tiles, ends with
+// per warp and row an unnormalized O (an m16 × D mma accumulator: rows g and g + 8 of each lane,
+// columns 8·nd + 2t, + 1), the row max in log2 units and the row sum. The warps meet in shared
+// memory (`smem`, merge_smem_bytes of it, free for reuse: the caller's barrier comes before), the
+// per-row weights exp2(m_w − m) / l are computed once per row, and the CTA writes either the final
+// row (one split: O in the element type, the LSE) or its split's partial (fp32 O, log2 LSE) in
+// the combine's layout. O is staged with rows padded by 8 floats: a float2 store of 8 rows × 4
+// lanes then covers the 32 banks twice, the least two wavefronts can.
+template <int kWarps, int kHeadDim>
+constexpr std::size_t merge_smem_bytes() {
+  constexpr int kRows = 16, kStride = kHeadDim + 8;
+  return sizeof(float) * (std::size_t(kWarps) * kRows * (kStride + 2) + kRows * (kWarps + 1));
+}
+
+template <class Element>
+struct RowsOut {
+  std::int64_t row0;  // the first of the CTA's rows, in the order of O and the LSE
+  int rows;           // how many of its 16 exist
+  int splits, split;
+  Element* o;         // splits == 1: the output and the LSE (natural log; may be null)
+  float* lse;
+  float* o_partial;   // splits > 1: the combine's layout
+  float* lse2_partial;
+};
+
+template <int kWarps, int kHeadDim, class Element>
+__device__ __forceinline__ void merge_warps_and_store(unsigned char* smem,
+                                                      const float (&acc_o)[kHeadDim / 8][4],
+                                                      const float (&row_max)[2], const float (&row_sum)[2],
+                                                      const RowsOut<Element>& out) {
+  constexpr int kRows = 16, kStride = kHeadDim + 8, kThreads = kWarps * 32;
+  const int tid = threadIdx.x, warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+  float* const s_o = reinterpret_cast<float*>(smem);   // [warp][kRows][kStride]
+  float* const s_m = s_o + kWarps * kRows * kStride;   // [warp][kRows]
+  float* const s_l = s_m + kWarps * kRows;             // [warp][kRows]
+  float* const s_w = s_l + kWarps * kRows;             // [kRows][warp]
+  float* const s_lse2 = s_w + kRows * kWarps;          // [kRows]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    float l = row_sum[h];  // this lane's share: the quad's sum
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0) s_m[warp * kRows + r] = row_max[h], s_l[warp * kRows + r] = l;
+#pragma unroll
+    for (int nd = 0; nd < kHeadDim / 8; ++nd)
+      *reinterpret_cast<float2*>(s_o + (warp * kRows + r) * kStride + nd * 8 + 2 * t) =
+          make_float2(acc_o[nd][2 * h], acc_o[nd][2 * h + 1]);
+  }
+  __syncthreads();
+  if (tid < kRows) {  // row tid: weights that also normalize (a warp that saw no key: 0)
+    float m = -INFINITY, l = 0.f, scale[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, s_m[w * kRows + tid]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = s_m[w * kRows + tid];
+      scale[w] = mw == -INFINITY ? 0.f : exp2f(mw - m);
+      l += scale[w] * s_l[w * kRows + tid];
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s_w[tid * kWarps + w] = scale[w] * inv;
+    s_lse2[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+  }
+  __syncthreads();
+  constexpr int kQuads = kHeadDim / 4;  // four columns per thread per step: float4 reads
+  for (int idx = tid; idx < out.rows * kQuads; idx += kThreads) {
+    const int r = idx / kQuads, c = (idx % kQuads) * 4;
+    float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = s_w[r * kWarps + w];
+      const float4 x = *reinterpret_cast<const float4*>(s_o + (w * kRows + r) * kStride + c);
+      y.x += wt * x.x, y.y += wt * x.y, y.z += wt * x.z, y.w += wt * x.w;
+    }
+    const std::int64_t row = out.row0 + r;
+    if (out.splits == 1)
+      *reinterpret_cast<uint2*>(out.o + row * kHeadDim + c) =
+          make_uint2(ptx::pack2_as<Element>(y.x, y.y), ptx::pack2_as<Element>(y.z, y.w));
+    else
+      *reinterpret_cast<float4*>(out.o_partial + (row * out.splits + out.split) * kHeadDim + c) = y;
+  }
+  if (tid < out.rows) {
+    const std::int64_t row = out.row0 + tid;
+    if (out.splits > 1) out.lse2_partial[row * out.splits + out.split] = s_lse2[tid];
+    else if (out.lse != nullptr) out.lse[row] = s_lse2[tid] * kLn2;
+  }
 }
 
 }  // namespace ladder::split_kv

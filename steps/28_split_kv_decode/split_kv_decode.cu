@@ -78,12 +78,8 @@ struct Tile {
   static constexpr int kTileElems = kKeys * kHeadDim;
   static constexpr std::size_t kRingBytes =
       sizeof(Element) * std::size_t(kWarps) * kStages * 2 * kTileElems;  // K and V
-  // The warps' merge reuses the ring: O with rows padded by 8 floats (a float2 store of 8 rows
-  // by 4 lanes then covers the 32 banks twice, the least two wavefronts can), the max and sum of
-  // each warp's rows, the per-row weights and the row's log-sum-exp.
-  static constexpr int kOStride = kHeadDim + 8;
-  static constexpr std::size_t kMergeBytes =
-      sizeof(float) * (std::size_t(kWarps) * kRows * (kOStride + 2) + kRows * (kWarps + 1));
+  // The warps' merge (common/device/split_kv.cuh) reuses the ring.
+  static constexpr std::size_t kMergeBytes = ladder::split_kv::merge_smem_bytes<kWarps, kHeadDim>();
   static constexpr std::size_t kQOffset = std::max(kRingBytes, kMergeBytes);
   static constexpr std::size_t kSmemBytes = kQOffset + sizeof(Element) * kRows * kHeadDim;
   static_assert(kKeys * kChunks % kWarpSize == 0 && kRingBytes % 128 == 0);
@@ -268,64 +264,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kCtasPerSm)
     __syncwarp();  // every lane's ldmatrix of this slot is done before the slot is refilled
   }
 
-  // ---- The warps' merge (the combine's identity, inside the CTA) ----
-  ptx::cp_async_wait<0>();  // only empty groups can be left; the ring is reused below
+  // ---- The warps' merge (the combine's identity, inside the CTA), then the rows' store ----
+  ptx::cp_async_wait<0>();  // only empty groups can be left; the ring is reused by the merge
   __syncthreads();
-  float* const s_o = reinterpret_cast<float*>(smem);        // [warp][kRows][kOStride]
-  float* const s_m = s_o + T::kWarps * T::kRows * T::kOStride;  // [warp][kRows]
-  float* const s_l = s_m + T::kWarps * T::kRows;               // [warp][kRows]
-  float* const s_w = s_l + T::kWarps * T::kRows;               // [kRows][warp]
-  float* const s_lse2 = s_w + T::kRows * T::kWarps;            // [kRows]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h;
-    const float l = frag::quad_sum(row_sum[h]);
-    if (t == 0) s_m[warp * T::kRows + r] = row_max[h], s_l[warp * T::kRows + r] = l;
-#pragma unroll
-    for (int nd = 0; nd < T::kOTiles; ++nd)
-      *reinterpret_cast<float2*>(s_o + (warp * T::kRows + r) * T::kOStride + nd * 8 + 2 * t) =
-          make_float2(acc_o[nd][2 * h], acc_o[nd][2 * h + 1]);
-  }
-  __syncthreads();
-  if (tid < T::kRows) {  // row tid: weights that also normalize (a warp that saw nothing: 0)
-    float m = -INFINITY, l = 0.f;
-#pragma unroll
-    for (int w = 0; w < T::kWarps; ++w) m = fmaxf(m, s_m[w * T::kRows + tid]);
-    float scale[T::kWarps];
-#pragma unroll
-    for (int w = 0; w < T::kWarps; ++w) {
-      const float mw = s_m[w * T::kRows + tid];
-      scale[w] = mw == -INFINITY ? 0.f : exp2f(mw - m);
-      l += scale[w] * s_l[w * T::kRows + tid];
-    }
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-#pragma unroll
-    for (int w = 0; w < T::kWarps; ++w) s_w[tid * T::kWarps + w] = scale[w] * inv;
-    s_lse2[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
-  }
-  __syncthreads();
-  constexpr int kQuads = kD / 4;  // four columns per thread per step: float4 reads
-  for (int idx = tid; idx < rows * kQuads; idx += T::kThreads) {
-    const int r = idx / kQuads, c = (idx % kQuads) * 4;
-    float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int w = 0; w < T::kWarps; ++w) {
-      const float wt = s_w[r * T::kWarps + w];
-      const float4 x = *reinterpret_cast<const float4*>(s_o + (w * T::kRows + r) * T::kOStride + c);
-      y.x += wt * x.x, y.y += wt * x.y, y.z += wt * x.z, y.w += wt * x.w;
-    }
-    const std::int64_t row = out_row0 + r;
-    if (p.splits == 1)
-      *reinterpret_cast<uint2*>(p.o + row * kD + c) =
-          make_uint2(ptx::pack2_as<E>(y.x, y.y), ptx::pack2_as<E>(y.z, y.w));
-    else
-      *reinterpret_cast<float4*>(p.o_partial + (row * p.splits + split) * kD + c) = y;
-  }
-  if (tid < rows) {
-    const std::int64_t row = out_row0 + tid;
-    if (p.splits > 1) p.lse2_partial[row * p.splits + split] = s_lse2[tid];
-    else if (p.lse != nullptr) p.lse[row] = s_lse2[tid] * skv::kLn2;
-  }
+  const skv::RowsOut<E> out{out_row0, rows, p.splits, split, p.o, p.lse, p.o_partial, p.lse2_partial};
+  skv::merge_warps_and_store<T::kWarps, kD>(smem, acc_o, row_max, row_sum, out);
 }
 
 // ---- Host side --------------------------------------------------------------------------------
@@ -384,6 +327,7 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 // The partials for the most splits any GPU (up to kMaxSms SMs) is planned with.
 std::size_t workspace_bytes(const ladder::AttentionShape& sh) {
   std::size_t bytes = 0;
+  if (sh.head_dim != 64 && sh.head_dim != 128) return 0;  // refused (for_head_dims)
   ladder::dispatch_head_dim<64, 128>(sh.head_dim, [&]<int kHeadDim>() {
     using T = Tile<kHeadDim, __half>;  // the tiles do not depend on the element type
     const int most = skv::max_planned_splits(ctas_per_split<T>(sh), max_splits<T>(sh), T::kCtasPerSm);
