@@ -306,6 +306,9 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream, bool split) {
   auto* kernel = split_kv_decode_kernel<T>;
   if constexpr (T::kSmemBytes > kDefaultDynamicSmem)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+  // The bandwidth needs both CTAs of an SM (kCtasPerSm): ask for the whole carveout as shared memory.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
   kernel<<<unsigned(ctas * p.splits), T::kThreads, T::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("split_kv_decode_kernel");
   if (p.splits > 1) {

@@ -310,6 +310,9 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream, bool split) {
   auto* kernel = paged_decode_kernel<T>;
   if constexpr (T::kSmemBytes > kDefaultDynamicSmem)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+  // The bandwidth needs both CTAs of an SM (kCtasPerSm): ask for the whole carveout as shared memory.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
   kernel<<<unsigned(ctas * p.splits), T::kThreads, T::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("paged_decode_kernel");
   if (p.splits > 1) {
