@@ -1,30 +1,25 @@
 // Step 30 — fp16 accumulation: step 05's kernel with its accumulators in fp16.
 //
-// Seed 001's last named direction. Its v2.1 (step 05) runs both products as
-// mma.sync.m16n8k16.f32.f16.f16.f32: fp16 in, fp32 accumulate. The same instruction exists with
-// an fp16 accumulator (.f16.f16.f16.f16): C and D are two half2 registers per lane instead of four
-// floats. Three variants, the same kernel otherwise (Bc = 64, Br = 128, 4 warps, padded smem):
+// Seed 001's last named direction. Step 05 runs both products as mma.sync.m16n8k16 with fp16
+// inputs and fp32 accumulators; the same instruction exists with an fp16 accumulator
+// (.f16.f16.f16.f16), two half2 registers a lane instead of four floats. GeForce parts run it at
+// twice the fp32-accumulate rate; data-center parts (the H200) at the same rate, so here it can
+// only buy registers. The variants differ in the accumulator type alone (Acc below):
 //
-//   fp32_accum  step 05's bc64: O and S accumulate in fp32.
-//   fp16_pv     O += P V accumulates in fp16: O is half the registers. The history rescale
-//               exp2(m_old − m_new) is applied in fp16 too (one HMUL2 per two elements) — the
-//               whole point is that O never exists in fp32 inside the loop.
-//   fp16_both   also S = Q Kᵀ in fp16. A raw score can exceed fp16's 65504 where the scaled one
-//               does not, so softmax_scale·log2(e) is folded into Q once, in shared memory: the
-//               mma then produces the exponent argument directly (and the softmax's FFMA becomes
-//               an FADD). Folding changes the headroom, not the precision: fp16 keeps 11 bits of
-//               any score, and a score of 100 (log2 units) is then known to ±2⁻⁵, which is ±2% on
-//               its exponential. That is the price this variant measures.
+//   fp32_accum  step 05's bc64 (Bc = 64, Br = 128, 4 warps, padded smem): S and O in fp32.
+//   fp16_pv     O += P V accumulated in fp16, and its history rescale exp2(m_old − m_new) applied
+//               in fp16 too (one HMUL2 per two elements): O never exists in fp32 inside the loop.
+//   fp16_both   also S = Q Kᵀ in fp16. A raw score can pass fp16's 65504 where the scaled one does
+//               not, so softmax_scale·log2(e) is folded into Q once, in shared memory; the mma then
+//               yields the exponent argument itself. Folding buys headroom, not precision: fp16
+//               keeps 11 bits of a score of any size (a score of 100 is known to ±2⁻⁵: ±2% on its
+//               probability).
+//   *_3cta      the same kernels at D = 64 held to 168 registers: three CTAs per SM.
 //
-// Why a GPU would want this: GeForce parts run fp16-accumulate tensor math at twice the
-// fp32-accumulate rate (seed 001's RTX 5080: 225.1 vs 112.55 dense TFLOP/s); data-center parts,
-// the H200 included, run both at one rate. Here the only possible gain is registers.
-//
-// bf16 has no such experiment: mma.sync with bf16 A/B accumulates in fp32 only (the PTX ISA lists
-// no .bf16 C/D type for m16n8k16), so the variants run fp16 only and refuse bf16 problems.
-//
-// The fragment maps are common/device/mma_fragments.cuh's; the fp16 accumulator's is the fp32
-// one packed: register h of a tile holds row g + 8h, columns 2t and 2t + 1, as one half2.
+// bf16 has no such experiment: mma.sync with bf16 A and B accumulates in fp32 only (the PTX ISA
+// has no other C/D type for them), so the variants run fp16 only.
+// The fp16 accumulator's fragment map is the fp32 one (common/device/mma_fragments.cuh) packed:
+// register h of a tile holds row g + 8h, columns 2t and 2t + 1, as one half2.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
