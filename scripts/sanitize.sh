@@ -55,7 +55,10 @@ for tool in "${tools[@]}"; do
   for problem in "${problems[@]}"; do
     read -r -a args <<<"$problem"
     timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}" "$exe" "${common[@]}" \
-      "${args[@]}" >>"$log" 2>&1 || { rc=$?; echo "  (on: $problem)" >>"$log"; break; }
+      "${args[@]}" >>"$log" 2>&1
+    r=$?
+    # 6: no selected variant runs this problem (a decode step on a prefill shape): nothing to check.
+    ((r == 0 || r == 6)) || { rc=$r; echo "  (on: $problem)" >>"$log"; break; }
   done
   if [ $rc -ne 0 ]; then
     echo "FAILED: $tool reported errors (exit 99), the program failed, or it ran past ${limit} s (124); exit $rc:"
