@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <random>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,6 +119,24 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       ->check(kPositive)->group(attention);
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
       ->group(attention);
+  auto* serving = "Attention as models run it (Part VI)";
+  app.add_option("--kv-heads", o.kv_heads,
+                 "K/V heads Hkv, dividing H (GQA; 1 = MQA), comma separated; 0 = as many as H "
+                 "(--kv-heads 0,8 times dense and GQA in one run)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber)->group(serving);
+  app.add_option("--kv-n", o.kv_seqlens,
+                 "Keys per sequence, comma separated (decode: --n is then the number of queries; "
+                 "causal is aligned to the end)")
+      ->delimiter(',')->check(kPositive)->group(serving);
+  app.add_option("--page-size", o.page_sizes,
+                 "A paged K/V cache with pages of this many rows, comma separated; 0 = contiguous "
+                 "(--page-size 0,64 times both in one run)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber)->group(serving);
+  app.add_option("--varlen", o.varlen,
+                 "A packed variable-length batch: lengths 1,17,4097 (one per sequence; --b and --n "
+                 "are then ignored) or random:COUNT:MAX[:SEED]; repeat the option for more batches, "
+                 "and give 'dense' for the dense problems of --b and --n in the same run")
+      ->group(serving);
 
   auto* other = "Matrix product and reduction problems";
   app.add_option("--gemm", o.gemm, "M,N,K of the fp32 matrix product")
@@ -187,6 +207,19 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       outcome.message = fmt::format("error: --tokens {} is not a multiple of N={}", o.tokens, n);
       return outcome;
     }
+  for (const std::string& spec : o.varlen)
+    if (spec != "dense" && !parse_varlen(spec)) {
+      outcome.exit_code = exit_code::kUsage;
+      outcome.message = fmt::format(
+          "error: --varlen {}: give positive lengths (1,17,4097), random:COUNT:MAX[:SEED] or dense", spec);
+      return outcome;
+    }
+  if (!o.varlen.empty() && !o.kv_seqlens.empty()) {
+    outcome.exit_code = exit_code::kUsage;
+    outcome.message = "error: --varlen and --kv-n together are not supported (a varlen batch has "
+                      "as many keys as queries per sequence)";
+    return outcome;
+  }
   // Output paths are checked before any GPU work: a typo must not cost a whole run.
   if (auto why = unwritable_file(o.json_path)) {
     outcome.exit_code = exit_code::kIo;
@@ -202,24 +235,78 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   return outcome;
 }
 
+std::optional<std::vector<int>> parse_varlen(const std::string& spec) {
+  std::vector<int> lens;
+  auto number = [](const std::string& text) -> std::optional<long long> {
+    if (text.empty() || text.size() > 10 ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    return std::stoll(text);
+  };
+  auto split = [](const std::string& text, char sep) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t at; (at = text.find(sep, start)) != std::string::npos; start = at + 1)
+      parts.push_back(text.substr(start, at - start));
+    parts.push_back(text.substr(start));
+    return parts;
+  };
+  if (spec.rfind("random:", 0) == 0) {
+    const auto parts = split(spec.substr(7), ':');
+    if (parts.size() < 2 || parts.size() > 3) return std::nullopt;
+    const auto count = number(parts[0]), max = number(parts[1]);
+    const auto seed = parts.size() == 3 ? number(parts[2]) : std::optional<long long>(1);
+    if (!count || !max || !seed || *count < 1 || *count > 65536 || *max < 1 || *max > (1 << 24))
+      return std::nullopt;
+    std::mt19937_64 rng{static_cast<std::uint64_t>(*seed)};
+    std::uniform_int_distribution<int> pick(1, int(*max));
+    for (long long i = 0; i < *count; ++i) lens.push_back(pick(rng));
+    return lens;
+  }
+  for (const std::string& part : split(spec, ',')) {
+    const auto n = number(part);
+    if (!n || *n < 1 || *n > (1 << 24)) return std::nullopt;
+    lens.push_back(int(*n));
+  }
+  return lens;
+}
+
 std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
   std::vector<AttentionShape> shapes;
   std::vector<bool> masks;
   if (o.mask == "none" || o.mask == "both") masks.push_back(false);
   if (o.mask == "causal" || o.mask == "both") masks.push_back(true);
+  // One entry per batch layout: the lengths of a varlen batch, or empty for the dense problems.
+  std::vector<std::vector<int>> layouts;
+  for (const std::string& spec : o.varlen) layouts.push_back(spec == "dense" ? std::vector<int>{} : *parse_varlen(spec));
+  if (layouts.empty()) layouts.push_back({});
+  const std::vector<int> kv_seqlens = o.kv_seqlens.empty() ? std::vector<int>{0} : o.kv_seqlens;
+  const std::vector<int> pages = o.page_sizes.empty() ? std::vector<int>{0} : o.page_sizes;
+  const std::vector<int> kv_heads = o.kv_heads.empty() ? std::vector<int>{0} : o.kv_heads;
   for (const std::string& name : o.dtypes) {
     const DType dtype = parse_dtype(name).value_or(DType::F16);  // the option admits known names only
     for (int d : o.head_dims)
       for (bool causal : masks)
-        for (int n : o.seqlens) {
-          AttentionShape s;
-          s.batch = o.tokens > 0 ? o.tokens / n : o.batch;
-          s.heads = o.heads;
-          s.seqlen = n;
-          s.head_dim = d;
-          s.causal = causal;
-          s.dtype = dtype;
-          shapes.push_back(s);
+        for (const auto& lens : layouts) {
+          const std::vector<int> seqlens =
+              lens.empty() ? o.seqlens : std::vector<int>{*std::max_element(lens.begin(), lens.end())};
+          for (int n : seqlens)
+            for (int kv_n : lens.empty() ? kv_seqlens : std::vector<int>{0})
+              for (int hkv : kv_heads)
+                for (int page : pages) {
+                  AttentionShape s;
+                  s.batch = !lens.empty() ? int(lens.size()) : o.tokens > 0 ? o.tokens / n : o.batch;
+                  s.heads = o.heads;
+                  s.seqlen = n;
+                  s.head_dim = d;
+                  s.causal = causal;
+                  s.dtype = dtype;
+                  s.kv_heads = hkv;
+                  s.kv_seqlen = kv_n;
+                  s.q_lens = lens;
+                  s.page_size = page;
+                  shapes.push_back(s);
+                }
         }
   }
   return shapes;

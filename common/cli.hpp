@@ -24,6 +24,13 @@ struct CliOptions {
   std::vector<std::string> dtypes = {"fp16"};  // element types: fp16, bf16 (the variants that run it)
   int tokens = 0;             // > 0: batch = tokens / N for each N (the FlashAttention papers' grid)
   bool large_logits = false;  // Q×5, K×3
+  // Part VI (common/problem.hpp): 0 / empty = off.
+  std::vector<int> kv_heads;        // GQA: K/V heads, one problem per value (0 = as many as H)
+  std::vector<int> kv_seqlens;      // decode: keys per sequence, one problem per value (N = queries)
+  std::vector<int> page_sizes;      // paged K/V cache, one problem per value (0 = contiguous)
+  // Variable-length batches, one problem per value: "1,17,4097" or "random:COUNT:MAX[:SEED]" (the
+  // query lengths), or "dense" for the dense problems of --b and --n in the same run.
+  std::vector<std::string> varlen;
 
   std::vector<int> gemm = {4096, 4096, 4096};
   std::int64_t count = std::int64_t(1) << 26;
@@ -42,6 +49,10 @@ struct ParseOutcome {
 
 // `only_step` >= 0 for a step's own executable (its steps and track options are fixed).
 ParseOutcome parse_cli(int argc, const char* const* argv, int only_step);
+
+// The lengths of a variable-length batch: "1,17,4097" as given, or "random:COUNT:MAX[:SEED]",
+// COUNT lengths drawn uniformly from 1..MAX with the seed (default 1). Nothing for a bad spec.
+std::optional<std::vector<int>> parse_varlen(const std::string& spec);
 
 // The attention shapes the options ask for, in run order.
 std::vector<AttentionShape> attention_shapes(const CliOptions& options);

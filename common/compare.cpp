@@ -10,6 +10,12 @@
 
 namespace ladder {
 
+bool ErrorStats::within(double slack) const {
+  if (pass) return true;
+  if (checked == 0 || reference_nonfinite > 0 || nonfinite > 0 || !(tolerance > 0)) return false;
+  return (worst_error > 0 ? worst_error : max_abs) <= slack * tolerance;
+}
+
 std::string ErrorStats::verdict() const {
   if (pass) return "pass";
   if (checked == 0) return "FAIL: nothing was compared with the reference";

@@ -10,6 +10,10 @@
 
 namespace ladder {
 
+// How far past the pass rule's tolerance an approximate variant (Variant::approximate: fp16
+// accumulators, say) may err before it is a bug rather than the measured cost of the trade.
+inline constexpr double kApproximateSlack = 64.0;
+
 struct ErrorStats {
   std::int64_t checked = 0;     // values compared with the reference
   std::int64_t nonfinite = 0;   // NaN or inf anywhere in the output (the poison is NaN)
@@ -22,6 +26,9 @@ struct ErrorStats {
   double worst_error = 0;       // row-wise rule: the error of the row nearest its tolerance
   bool pass = false;
   std::string verdict() const;  // "pass", or why not
+  // For an experiment that trades accuracy on purpose (Variant::approximate): every value written
+  // and finite, a finite reference, and the worst row's error at most `slack` times its tolerance.
+  bool within(double slack) const;
 };
 
 // The pass rule, in the style of FlashAttention's tests: no non-finite value anywhere, and

@@ -1,9 +1,12 @@
 #include "common/reference.hpp"
 
+#include "common/dtype.hpp"
+
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <thread>
@@ -28,16 +31,18 @@ void parallel_rows(std::size_t count, Fn fn) {
   for (auto& th : pool) th.join();
 }
 
+// One query row against keys 0 .. n_keys - 1, key j at k_head + j · key_stride (V alike):
+// key_stride is D in the dense layouts and Hkv · D in the packed variable-length one.
 void attention_row_fp64(const AttentionShape& s, const float* q_row, const float* k_head,
-                        const float* v_head, int i, double* o, double* lse) {
-  const int n_keys = s.causal ? i + 1 : s.seqlen;
+                        const float* v_head, std::int64_t key_stride, int n_keys, double* o,
+                        double* lse) {
   const int d = s.head_dim;
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> logits(n_keys);
   double m = -INFINITY;
   for (int j = 0; j < n_keys; ++j) {
     double acc = 0.0;
-    for (int t = 0; t < d; ++t) acc += double(q_row[t]) * double(k_head[std::int64_t(j) * d + t]);
+    for (int t = 0; t < d; ++t) acc += double(q_row[t]) * double(k_head[std::int64_t(j) * key_stride + t]);
     logits[j] = acc * scale;
     m = std::max(m, logits[j]);
   }
@@ -48,21 +53,21 @@ void attention_row_fp64(const AttentionShape& s, const float* q_row, const float
   }
   std::fill(o, o + d, 0.0);
   for (int j = 0; j < n_keys; ++j)
-    for (int t = 0; t < d; ++t) o[t] += logits[j] * double(v_head[std::int64_t(j) * d + t]);
+    for (int t = 0; t < d; ++t) o[t] += logits[j] * double(v_head[std::int64_t(j) * key_stride + t]);
   for (int t = 0; t < d; ++t) o[t] /= l;
   *lse = m + std::log(l);
 }
 
 void attention_row_low(const AttentionShape& s, const float* q_row, const float* k_head,
-                       const float* v_head, int i, double* o, double* lse) {
-  const int n_keys = s.causal ? i + 1 : s.seqlen;
+                       const float* v_head, std::int64_t key_stride, int n_keys, double* o,
+                       double* lse) {
   const int d = s.head_dim;
   const float scale = s.softmax_scale();
   std::vector<float> logits(n_keys);
   float m = -INFINITY;
   for (int j = 0; j < n_keys; ++j) {
     float acc = 0.f;
-    for (int t = 0; t < d; ++t) acc += q_row[t] * k_head[std::int64_t(j) * d + t];
+    for (int t = 0; t < d; ++t) acc += q_row[t] * k_head[std::int64_t(j) * key_stride + t];
     logits[j] = acc * scale;
     m = std::max(m, logits[j]);
   }
@@ -72,13 +77,40 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
     const float p = std::exp(logits[j] - m);
     l += p;  // the sum uses the fp32 probabilities ...
     const float p16 = round_to(s.dtype, p);  // ... the product with V their fp16 (bf16) rounding
-    for (int t = 0; t < d; ++t) acc[t] += p16 * v_head[std::int64_t(j) * d + t];
+    for (int t = 0; t < d; ++t) acc[t] += p16 * v_head[std::int64_t(j) * key_stride + t];
   }
   for (int t = 0; t < d; ++t) o[t] = round_to(s.dtype, acc[t] / l);
   *lse = double(m + std::log(l));
 }
 
 }  // namespace
+
+RowIndex::RowIndex(const AttentionShape& shape) : s(shape), cu_q(shape.cu_seqlens_q()), cu_k(shape.cu_seqlens_k()) {}
+
+RowIndex::Coord RowIndex::coord(std::int64_t row) const {
+  if (!s.varlen()) {
+    const std::int64_t bh = row / s.seqlen;
+    return {int(bh / s.heads), int(bh % s.heads), int(row % s.seqlen)};
+  }
+  const std::int64_t token = row / s.heads;
+  const int b = int(std::upper_bound(cu_q.begin(), cu_q.end(), token) - cu_q.begin()) - 1;
+  return {b, int(row % s.heads), int(token - cu_q[std::size_t(b)])};
+}
+std::int64_t RowIndex::row(int b, int h, int i) const {
+  if (!s.varlen()) return (std::int64_t(b) * s.heads + h) * s.seqlen + i;
+  return (std::int64_t(cu_q[std::size_t(b)]) + i) * s.heads + h;
+}
+std::int64_t RowIndex::key_offset(int b, int hk, int j) const {
+  if (!s.varlen()) return ((std::int64_t(b) * s.hkv() + hk) * s.kv_len(0) + j) * s.head_dim;
+  return ((std::int64_t(cu_k[std::size_t(b)]) + j) * s.hkv() + hk) * s.head_dim;
+}
+std::int64_t RowIndex::lse_index(int b, int h, int i) const {
+  if (!s.varlen()) return row(b, h, i);
+  return std::int64_t(h) * s.total_q() + cu_q[std::size_t(b)] + i;
+}
+std::int64_t RowIndex::key_stride() const {
+  return s.varlen() ? std::int64_t(s.hkv()) * s.head_dim : s.head_dim;
+}
 
 AttentionRows attention_reference(const AttentionShape& s, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
@@ -87,21 +119,80 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
   out.rows.assign(rows.begin(), rows.end());
   out.o.resize(rows.size() * s.head_dim);
   out.lse.resize(rows.size());
-  const std::int64_t head_elems = std::int64_t(s.seqlen) * s.head_dim;
+  out.lse_at.resize(rows.size());
+  const RowIndex index(s);
   parallel_rows(rows.size(), [&](std::size_t r) {
     const std::int64_t row = rows[r];
-    const std::int64_t bh = row / s.seqlen;
-    const int i = int(row % s.seqlen);
+    const auto [b, h, i] = index.coord(row);
+    const int hk = h / s.group();
     const float* q_row = q.data() + row * s.head_dim;
-    const float* k_head = k.data() + bh * head_elems;
-    const float* v_head = v.data() + bh * head_elems;
+    const float* k_head = k.data() + index.key_offset(b, hk, 0);
+    const float* v_head = v.data() + index.key_offset(b, hk, 0);
+    const int n_keys = s.last_key(b, i) + 1;
     double* o = out.o.data() + r * s.head_dim;
+    out.lse_at[r] = index.lse_index(b, h, i);
     if (precision == Precision::Fp64)
-      attention_row_fp64(s, q_row, k_head, v_head, i, o, &out.lse[r]);
+      attention_row_fp64(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
     else
-      attention_row_low(s, q_row, k_head, v_head, i, o, &out.lse[r]);
+      attention_row_low(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
   });
   return out;
+}
+
+PagedCache page_cache(const AttentionShape& s, const RowIndex& index, std::span<const std::uint16_t> k,
+                      std::span<const std::uint16_t> v, std::uint64_t seed) {
+  const int p = s.page_size, d = s.head_dim, hkv = s.hkv(), pps = s.pages_per_seq();
+  PagedCache out;
+  const std::size_t page_elems = std::size_t(hkv) * p * d;
+  out.k.assign(std::size_t(s.num_pages()) * page_elems, to_bits(s.dtype, kPagePadValue));
+  out.v = out.k;
+  out.block_table.assign(std::size_t(s.batch) * pps, -1);
+  std::vector<int> order(std::size_t(s.num_pages()));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed ^ 0xBA6Eull));
+  std::size_t next = 0;
+  for (int b = 0; b < s.batch; ++b)
+    for (int page = 0; page < ceil_div(s.kv_len(b), p); ++page) {
+      const int phys = order[next++];
+      out.block_table[std::size_t(b) * pps + page] = phys;
+      for (int hk = 0; hk < hkv; ++hk)
+        for (int r = 0; r < p && page * p + r < s.kv_len(b); ++r) {
+          const std::int64_t from = index.key_offset(b, hk, page * p + r);
+          const std::size_t to = std::size_t(phys) * page_elems + (std::size_t(hk) * p + r) * d;
+          std::copy_n(k.begin() + from, d, out.k.begin() + std::ptrdiff_t(to));
+          std::copy_n(v.begin() + from, d, out.v.begin() + std::ptrdiff_t(to));
+        }
+    }
+  return out;
+}
+
+std::vector<std::int64_t> select_attention_rows(const AttentionShape& s, std::int64_t max_rows,
+                                                std::uint64_t seed) {
+  if (!s.varlen()) return select_rows(s.rows(), s.seqlen, max_rows, seed);
+  const std::int64_t total = s.rows();
+  std::vector<std::int64_t> rows;
+  if (total <= max_rows) {
+    rows.resize(std::size_t(total));
+    for (std::int64_t r = 0; r < total; ++r) rows[std::size_t(r)] = r;
+    return rows;
+  }
+  // Every (sequence, head, tile of queries) once, and each sequence's first and last query.
+  const RowIndex index(s);
+  std::set<std::int64_t> chosen;
+  std::mt19937_64 rng(seed ^ 0x5EEDull);
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads; ++h) {
+      const int n = s.q_len(b);
+      chosen.insert(index.row(b, h, 0));
+      chosen.insert(index.row(b, h, n - 1));
+      for (int t0 = 0; t0 < n; t0 += int(kCoverageTileRows)) {
+        const int in_tile = std::min(int(kCoverageTileRows), n - t0);
+        chosen.insert(index.row(b, h, t0 + int(rng() % std::uint64_t(in_tile))));
+      }
+    }
+  std::uniform_int_distribution<std::int64_t> pick(0, total - 1);
+  while (std::int64_t(chosen.size()) < max_rows) chosen.insert(pick(rng));
+  return {chosen.begin(), chosen.end()};
 }
 
 // ---- the backward pass ----------------------------------------------------------------------
@@ -120,7 +211,7 @@ ForwardForBackward forward_for_backward_fp64(const AttentionShape& s, std::span<
     const int i = int(std::int64_t(row) % s.seqlen);
     double* o = out.o.data() + row * d;
     attention_row_fp64(s, q.data() + row * d, k.data() + bh * head_elems, v.data() + bh * head_elems,
-                       i, o, &out.stats.lse[row]);
+                       d, s.causal ? i + 1 : s.seqlen, o, &out.stats.lse[row]);
     double delta = 0.0;
     for (int t = 0; t < d; ++t) delta += double(d_o[row * d + t]) * o[t];
     out.stats.delta[row] = delta;

@@ -21,12 +21,33 @@ enum class Precision {
          // rounded to it
 };
 
-// Rows of O (and their log-sum-exp) for the selected global rows r = (b·H + h)·N + i.
-// q, k, v hold the input values (fp16 or bf16, shape.dtype) widened to float, laid out [B, H, N, D].
+// Query rows are numbered as they lie in Q and O: row r starts at element r·D. Dense, that is
+// r = (b·H + h)·N + i; packed variable-length, r = (cu_seqlens_q[b] + i)·H + h. RowIndex maps a
+// row to its (sequence, head, query) and back, and gives the layouts' other offsets
+// (common/problem.hpp), with the prefix sums computed once.
+struct RowIndex {
+  explicit RowIndex(const AttentionShape& shape);
+  struct Coord {
+    int b, h, i;
+  };
+  Coord coord(std::int64_t row) const;
+  std::int64_t row(int b, int h, int i) const;
+  std::int64_t key_offset(int b, int hk, int j) const;  // in the logical (unpaged) K and V
+  std::int64_t lse_index(int b, int h, int i) const;
+  std::int64_t key_stride() const;  // elements from key j to key j + 1
+  AttentionShape s;
+  std::vector<int> cu_q, cu_k;
+};
+
+// Rows of O (and their log-sum-exp) for the selected query rows (numbered as RowIndex says).
+// q, k, v hold the input values (fp16 or bf16, shape.dtype) widened to float, in the problem's
+// layout (common/problem.hpp); a paged K/V is given here unpaged, as the block table reads it.
+// Every query row of a valid shape sees at least one key (validate() refuses the others).
 struct AttentionRows {
   std::vector<std::int64_t> rows;
   std::vector<double> o;    // rows.size() × D
-  std::vector<double> lse;  // rows.size(): natural log of Σ exp(scaled logits); +inf if none
+  std::vector<double> lse;  // rows.size(): natural log of Σ exp(scaled logits)
+  std::vector<std::int64_t> lse_at;  // rows.size(): where each row's log-sum-exp lies in the LSE
 };
 AttentionRows attention_reference(const AttentionShape& shape, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
@@ -111,6 +132,24 @@ inline constexpr std::int64_t kCoverageTileRows = 128;  // the largest Br of any
 std::vector<std::int64_t> select_rows(std::int64_t total_rows, std::int64_t rows_per_head,
                                       std::int64_t max_rows, std::uint64_t seed,
                                       std::int64_t tile_rows = kCoverageTileRows);
+
+// A paged K/V cache built from the logical one (common/problem.hpp's layout), as 16-bit element
+// bits: each sequence's pages are scattered over the pool in a seeded random order, so a kernel
+// that ignores the block table reads the wrong keys; the rows past a sequence's last key in its
+// last page hold kPagePadValue, large and finite, so a kernel that reads them without masking is
+// visibly wrong (not NaN: a correct kernel may multiply a masked, zero probability by them).
+struct PagedCache {
+  std::vector<std::uint16_t> k, v;  // [num_pages, Hkv, P, D]
+  std::vector<int> block_table;     // [B, pages_per_seq]; -1 where a sequence has fewer pages
+};
+inline constexpr float kPagePadValue = 256.0f;  // exact in fp16 and bf16
+PagedCache page_cache(const AttentionShape& s, const RowIndex& index, std::span<const std::uint16_t> k,
+                      std::span<const std::uint16_t> v, std::uint64_t seed);
+
+// select_rows over an attention problem's query rows: dense, as above; variable-length, every
+// (sequence, head, 128-query tile) and each sequence's first and last query.
+std::vector<std::int64_t> select_attention_rows(const AttentionShape& shape, std::int64_t max_rows,
+                                                std::uint64_t seed);
 
 // Online softmax over one row processed in blocks, the algorithm every FlashAttention step
 // implements: returns softmax(x) computed block by block with a running max m and sum l, each

@@ -200,9 +200,6 @@ struct Constraints {
   std::string describe() const;
 };
 
-// How far past the pass rule's tolerance an approximate variant may err before it is a bug.
-inline constexpr double kApproximateSlack = 64.0;
-
 // The largest grid.y or grid.z of a launch (CUDA's limit; grid.x takes 2^31 - 1).
 inline constexpr std::int64_t kMaxGridYZ = 65535;
 
@@ -259,7 +256,8 @@ struct Variant {
   bool peer = false;          // a library the ladder compares against (cuBLAS, CUB), not a lesson
   // Non-empty: an experiment that trades accuracy on purpose (fp16 accumulators, Part VI): its
   // rows report the error and the pass rule's verdict, but a miss is the measurement, not a bug;
-  // it must still write every element, finite, within kApproximateSlack times the tolerance.
+  // it must still write every element, finite, within kApproximateSlack (common/compare.hpp)
+  // times the tolerance.
   std::string approximate;
   std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
 

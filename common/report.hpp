@@ -31,7 +31,11 @@ struct Row {
   int step = -1;
   std::string variant, description;
   bool peer = false;
-  bool ceiling = false;  // a yardstick row (the device-to-device copy), not a solution
+  bool ceiling = false;
+  std::string approximate;  // the variant trades accuracy on purpose (Variant::approximate), why
+  // The row's outcome: "pass", "approx" (an approximate variant past the pass rule but within
+  // kApproximateSlack of it), "FAIL", "skipped", or "-" (not checked).
+  std::string status_text() const;  // a yardstick row (the device-to-device copy), not a solution
 
   enum class Status { Ok, Failed, Skipped } status = Status::Ok;
   std::string note;  // why it was skipped or failed
@@ -52,6 +56,7 @@ struct Row {
   std::optional<bool> rerun_identical;     // the last timed launch's output equals the checked one
   std::optional<double> rerun_max_abs;     // where it does not: max |Δ| between the two (atomics)
   std::optional<double> percent_of_gemm;   // attention: 100 · TFLOP/s / the fp16 GEMM ceiling's
+  std::optional<double> percent_of_copy;   // memory-bound attention: 100 · GB/s / the copy's
   bool deterministic = true;
   std::vector<KernelResources> kernels;
 
@@ -61,6 +66,9 @@ struct Row {
 
 struct ProblemRun {
   Kind kind = Kind::Attention;
+  // An attention problem bound by memory (decode): the table's rate column is GB/s, with the
+  // device-to-device copy as its yardstick, and TFLOP/s follows each row.
+  bool memory_bound = false;
   std::string shape;     // human readable
   nlohmann::json shape_json;
   std::vector<Row> rows;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <numeric>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -123,6 +125,7 @@ Row make_row(const VariantRef& ref) {
   row.description = ref.variant().description;
   row.peer = ref.variant().peer;
   row.deterministic = ref.variant().deterministic;
+  row.approximate = ref.variant().approximate;
   row.baseline = baseline_id(*ref.step, ref.index);
   return row;
 }
@@ -444,56 +447,144 @@ std::vector<KernelResources> kernel_resources(const Variant& variant, const Atte
 }
 
 // ---- attention -----------------------------------------------------------------------------
+namespace {
+
+// Decode reads every byte of the cache to do a few FLOPs each: below this many FLOPs per byte
+// (the H200's ridge is 989 TFLOP/s / 4.8 TB/s ≈ 200) a problem is bound by memory, and its table
+// reports GB/s and the share of a device-to-device copy beside TFLOP/s.
+constexpr double kMemoryBoundFlopsPerByte = 64.0;
+
+// The bandwidth yardstick of a memory-bound attention table: a device-to-device copy of as many
+// bytes as the problem must read (at least 256 MiB, at most 2 GiB, so that it is neither an L2
+// copy nor a problem of its own), timed the same way; its GB/s counts read and write.
+void add_copy_ceiling(Session& session, ProblemRun& run, const AttentionShape& shape,
+                      const RunOptions& options) {
+  if (!options.time) return;
+  const std::size_t bytes =
+      std::clamp<std::size_t>(std::size_t(min_bytes(shape)), std::size_t(256) << 20, std::size_t(2) << 30);
+  if (free_device_bytes() < 2 * bytes + kHeadroomBytes) {
+    run.notes.push_back("no copy yardstick: not enough free device memory for it");
+    return;
+  }
+  DeviceBuffer<std::uint8_t> from(bytes), to(bytes);
+  from.fill_bytes(1, session.stream.get());
+  Row copy;
+  copy.id = "copy";
+  copy.description = "cudaMemcpyAsync device to device (read + write counted): the bandwidth yardstick";
+  copy.ceiling = true;
+  copy.bytes = 2.0 * double(bytes);
+  copy.timing = time_launch(
+      [&](cudaStream_t s) {
+        CUDA_CHECK(cudaMemcpyAsync(to.get(), from.get(), bytes, cudaMemcpyDeviceToDevice, s));
+      },
+      session.stream.get(), options.timing, session.flusher);
+  const double copy_gbps = copy.gbps();
+  for (Row& r : run.rows)
+    if (r.timing && copy_gbps > 0) r.percent_of_copy = 100.0 * r.gbps() / copy_gbps;
+  run.rows.push_back(std::move(copy));
+}
+
+}  // namespace
+
 ProblemRun run_attention(Session& session, const AttentionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options) {
-  ProblemRun run = begin_run(
-      Kind::Attention, shape,
-      {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
-       {"head_dim", shape.head_dim}, {"causal", shape.causal}, {"dtype", dtype_name(shape.dtype)},
-       {"q_scale", options.q_scale},
-       {"k_scale", options.k_scale}},
-      variants);
+  nlohmann::json shape_json = {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
+                               {"head_dim", shape.head_dim}, {"causal", shape.causal},
+                               {"dtype", dtype_name(shape.dtype)}, {"q_scale", options.q_scale},
+                               {"k_scale", options.k_scale}};
+  // Part VI's properties appear only where they are on, so earlier rounds' files read the same.
+  if (shape.gqa()) shape_json["kv_heads"] = shape.hkv();
+  if (!shape.varlen() && shape.kv_seqlen > 0 && shape.kv_seqlen != shape.seqlen)
+    shape_json["kv_seqlen"] = shape.kv_seqlen;
+  if (shape.varlen()) {
+    shape_json["q_lens"] = shape.q_lens;
+    if (!shape.kv_lens.empty()) shape_json["kv_lens"] = shape.kv_lens;
+  }
+  if (shape.paged()) shape_json["page_size"] = shape.page_size;
+  ProblemRun run = begin_run(Kind::Attention, shape, std::move(shape_json), variants);
+  run.memory_bound = flops(shape) / min_bytes(shape) < kMemoryBoundFlopsPerByte;
 
-  const std::size_t elements = std::size_t(shape.elements());
+  const std::size_t elements = std::size_t(shape.elements());        // Q, O
+  const std::size_t kv_logical = std::size_t(shape.kv_rows()) * shape.head_dim;
+  const std::size_t kv_stored = std::size_t(shape.kv_elements());    // K, V (paged: the pool)
   const std::size_t rows = std::size_t(shape.rows());
   // Q, K, V and O hold 16-bit elements (fp16 or bf16), stored as their bits.
-  ensure_fits(4 * elements * sizeof(std::uint16_t) + rows * sizeof(float) + 2 * session.gpu.l2_bytes,
+  ensure_fits((2 * elements + 2 * kv_stored) * sizeof(std::uint16_t) + rows * sizeof(float) +
+                  2 * session.gpu.l2_bytes,
               "Q, K, V, O and the log-sum-exp");
-  // Host: Q, K, V as 16-bit and widened (6 bytes an element each), and outputs downloaded as
-  // 16-bit and widened (6 bytes an element): the one being checked, its rerun, and every output a
-  // later row is compared with.
-  ensure_host_fits(elements * (3 * 6 + 6 * (2 + baselines_needed(variants, &shape).size())),
+  // Host: Q, K, V as 16-bit and widened (6 bytes an element each), a paged copy of K and V, and
+  // outputs downloaded as 16-bit and widened (6 bytes an element): the one being checked, its
+  // rerun, and every output a later row is compared with.
+  ensure_host_fits(elements * 6 * (1 + 2 + baselines_needed(variants, &shape).size()) +
+                       kv_logical * 12 + (shape.paged() ? kv_stored * 4 : 0),
                    "Q, K, V and the outputs kept for comparison");
 
   const DType dtype = shape.dtype;
   const Tensor16 q = random_tensor16(elements, options.seed, kStreamQ, dtype, options.q_scale);
-  const Tensor16 k = random_tensor16(elements, options.seed, kStreamK, dtype, options.k_scale);
-  const Tensor16 v = random_tensor16(elements, options.seed, kStreamV, dtype);
-  DeviceBuffer<std::uint16_t> dq(elements), dk(elements), dv(elements), dout(elements);
+  const Tensor16 k = random_tensor16(kv_logical, options.seed, kStreamK, dtype, options.k_scale);
+  const Tensor16 v = random_tensor16(kv_logical, options.seed, kStreamV, dtype);
+  const RowIndex index(shape);
+  DeviceBuffer<std::uint16_t> dq(elements), dk(kv_stored), dv(kv_stored), dout(elements);
   DeviceBuffer<float> dlse(rows);
+  DeviceBuffer<int> dcu_q(shape.varlen() ? shape.batch + 1 : 0), dcu_k(shape.varlen() ? shape.batch + 1 : 0);
+  DeviceBuffer<int> dtable(shape.paged() ? std::size_t(shape.batch) * shape.pages_per_seq() : 0);
   dq.upload(q.bits);
-  dk.upload(k.bits);
-  dv.upload(v.bits);
+  std::vector<int> block_table;
+  if (shape.paged()) {
+    PagedCache cache = page_cache(shape, index, k.bits, v.bits, options.seed);
+    dk.upload(cache.k);
+    dv.upload(cache.v);
+    dtable.upload(cache.block_table);
+    block_table = std::move(cache.block_table);
+  } else {
+    dk.upload(k.bits);
+    dv.upload(v.bits);
+  }
+  if (shape.varlen()) {
+    dcu_q.upload(index.cu_q);
+    dcu_k.upload(index.cu_k);
+  }
 
   AttentionRows ref64, reflow;
   if (options.check) {
-    const double work = double(shape.seqlen) * shape.head_dim * 2;
-    const auto selected = select_rows(shape.rows(), shape.seqlen,
-                                      reference_rows(options, work), options.seed);
+    const double work = double(shape.max_kv_len()) * shape.head_dim * 2;
+    const auto selected = select_attention_rows(shape, reference_rows(options, work), options.seed);
     ref64 = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Fp64);
     reflow = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Low);
   }
 
+  // The tensors' dimensions as the layouts give them (common/problem.hpp), for --save.
+  const std::int64_t B = shape.batch, H = shape.heads, Hkv = shape.hkv(), D = shape.head_dim;
+  const std::vector<std::int64_t> q_dims =
+      shape.varlen() ? std::vector<std::int64_t>{shape.total_q(), H, D}
+                     : std::vector<std::int64_t>{B, H, shape.seqlen, D};
+  const std::vector<std::int64_t> kv_dims =
+      shape.paged() ? std::vector<std::int64_t>{shape.num_pages(), Hkv, shape.page_size, D}
+      : shape.varlen() ? std::vector<std::int64_t>{shape.total_k(), Hkv, D}
+                       : std::vector<std::int64_t>{B, Hkv, shape.kv_len(0), D};
+  const std::vector<std::int64_t> lse_dims =
+      shape.varlen() ? std::vector<std::int64_t>{H, shape.total_q()}
+                     : std::vector<std::int64_t>{B, H, shape.seqlen};
   std::string dir;
   if (!options.save_dir.empty()) {
     dir = fmt::format("{}/attention_B{}_H{}_N{}_D{}_{}{}", options.save_dir, shape.batch,
                       shape.heads, shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full",
                       dtype == DType::BF16 ? "_bf16" : "");
+    if (shape.gqa()) dir += fmt::format("_Hkv{}", Hkv);
+    if (!shape.varlen() && shape.kv_len(0) != shape.seqlen) dir += fmt::format("_Nkv{}", shape.kv_len(0));
+    if (shape.varlen()) dir += fmt::format("_varlen{}", shape.total_q());
+    if (shape.paged()) dir += fmt::format("_page{}", shape.page_size);
     std::filesystem::create_directories(dir);
-    const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
-    write_npy16(dir + "/q.npy", dtype, dims, q.bits);
-    write_npy16(dir + "/k.npy", dtype, dims, k.bits);
-    write_npy16(dir + "/v.npy", dtype, dims, v.bits);
+    write_npy16(dir + "/q.npy", dtype, q_dims, q.bits);
+    write_npy16(dir + "/k.npy", dtype, kv_dims, shape.paged() ? dk.download() : k.bits);
+    write_npy16(dir + "/v.npy", dtype, kv_dims, shape.paged() ? dv.download() : v.bits);
+    if (shape.varlen()) {
+      write_npy(dir + "/cu_seqlens_q.npy", "<i4", {B + 1}, index.cu_q.data(), index.cu_q.size() * 4);
+      write_npy(dir + "/cu_seqlens_k.npy", "<i4", {B + 1}, index.cu_k.data(), index.cu_k.size() * 4);
+    }
+    if (shape.paged())
+      write_npy(dir + "/block_table.npy", "<i4", {B, shape.pages_per_seq()}, block_table.data(),
+                block_table.size() * 4);
   }
 
   Baselines baselines;
@@ -508,16 +599,21 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
     const std::size_t ws = variant.workspace_bytes(shape);
     auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(ws);
     // The tensors travel as fp16 pointers whatever the dtype (AttentionArgs::as<Element>()).
-    const AttentionArgs args{shape,
-                             shape.softmax_scale(),
-                             reinterpret_cast<const __half*>(dq.get()),
-                             reinterpret_cast<const __half*>(dk.get()),
-                             reinterpret_cast<const __half*>(dv.get()),
-                             reinterpret_cast<__half*>(dout.get()),
-                             dlse.get(),
-                             workspace->get(),
-                             session.gpu.sm_count,
-                             session.gpu.l2_bytes};
+    AttentionArgs args{shape,
+                       shape.softmax_scale(),
+                       reinterpret_cast<const __half*>(dq.get()),
+                       reinterpret_cast<const __half*>(dk.get()),
+                       reinterpret_cast<const __half*>(dv.get()),
+                       reinterpret_cast<__half*>(dout.get()),
+                       dlse.get(),
+                       workspace->get(),
+                       session.gpu.sm_count,
+                       session.gpu.l2_bytes};
+    if (shape.varlen()) {
+      args.cu_seqlens_q = dcu_q.get();
+      args.cu_seqlens_k = dcu_k.get();
+    }
+    if (shape.paged()) args.block_table = dtable.get();
     const auto launch = std::get<AttentionLaunch>(variant.launch);
 
     VariantHooks hooks;
@@ -538,7 +634,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
                                        dtype);
       if (variant.writes_lse) {
         std::vector<double> lse(ref64.rows.size());
-        for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.rows[i])];
+        for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.lse_at[i])];
         ErrorStats le = compare_with_reference(lse, ref64.lse, reflow.lse, lse_abs_term());
         le.total = std::int64_t(out.lse.size());
         le.nonfinite = count_nonfinite(out.lse);
@@ -547,17 +643,17 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
       }
     };
     hooks.save = [&](const Output& out) {
-      const std::vector<std::int64_t> dims = {shape.batch, shape.heads, shape.seqlen, shape.head_dim};
-      write_npy16(dir + "/o_" + file_id(ref.id()) + ".npy", dtype, dims, out.bits16);
+      write_npy16(dir + "/o_" + file_id(ref.id()) + ".npy", dtype, q_dims, out.bits16);
       if (variant.writes_lse)
-        write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4",
-                  {shape.batch, shape.heads, shape.seqlen}, out.lse.data(), out.lse.size() * 4);
+        write_npy(dir + "/lse_" + file_id(ref.id()) + ".npy", "<f4", lse_dims, out.lse.data(),
+                  out.lse.size() * 4);
     };
     run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
                 ws <= kMaxRetainedWorkspace);
   });
   finish_timing(session, run, options, baselines);
-  add_gemm_ceiling(session, run, options);
+  if (run.memory_bound) add_copy_ceiling(session, run, shape, options);
+  else add_gemm_ceiling(session, run, options);
   return run;
 }
 
@@ -746,6 +842,10 @@ ErrorStats worst_gradient(const std::vector<std::pair<std::string, ErrorStats>>&
 
 ProblemRun run_backward(Session& session, const AttentionShape& shape,
                         std::span<const VariantRef> variants, const RunOptions& options) {
+  // Part V's backward is the dense problem's; Part VI's properties have no backward step yet.
+  if (features_of(shape) != 0)
+    throw UsageError(fmt::format("the backward track runs dense problems only (asked for {})",
+                                 shape.to_string()));
   ProblemRun run = begin_run(
       Kind::Backward, shape,
       {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},

@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 lab=${1:-}
-if [[ ! "$lab" =~ ^L0[1-7]$ ]]; then
-  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07 [--solution] [checker args]" >&2
+if [[ ! "$lab" =~ ^L0[1-8]$ ]]; then
+  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07|L08 [--solution] [checker args]" >&2
   exit 2
 fi
 shift

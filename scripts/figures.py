@@ -31,6 +31,13 @@
   part5-schedule.png      the Hopper backward (step 25): two Q blocks' loads, five products and
                           dQ accumulation (schematic).
 
+  part6-split-kv.png      step 28 at Part VI's four decode shapes on 132 SMs (2 CTAs per SM): the
+                          CTAs one per (batch, K/V head) gives against the split rule of
+                          common/split_kv.hpp (re-implemented below, split_rule), and the fraction
+                          of the GPU's CTA slots each fills: a model of occupancy, not a measurement.
+  part6-paged.png         step 29's address map: a block table, the pool's pages, and the 16-key
+                          warp tiles inside them (schematic).
+
 The schedules are computed from the kernels' own formulas (the `tile_index` / `decode` of
 common/device/hopper/tile_scheduler.cuh, and the weight model of scripts/tile_model.py:
 a tile costs its K/V blocks plus half a block of prologue and epilogue). The timelines (ring,
@@ -513,6 +520,92 @@ def fig_backward_schedule(out):
     fig.savefig(out / "part5-schedule.png", dpi=110)
     plt.close(fig)
 
+
+# ---------------------------------------------------------------- Part VI: decode
+DECODE_SHAPES = [(8, 32, 8, 32768), (64, 32, 8, 4096), (1, 64, 8, 131072), (128, 32, 32, 2048)]
+DECODE_CTAS_PER_SM, DECODE_KEYS, DECODE_MIN_TILES = 2, 16, 12  # steps 28/29 at D = 128
+
+
+def wave_fill(ctas, slots):
+    return ctas / (ceil_div(ctas, slots) * slots)
+
+
+def split_rule(ctas, tiles, slots, min_fill=0.95, max_waves=8, max_splits=256):
+    """common/split_kv.hpp's choose_splits: the fewest splits whose waves are >= 95% full."""
+    limit = min(max(tiles // DECODE_MIN_TILES, 1), max_splits)
+    best, best_fill = 1, wave_fill(ctas, slots)
+    s = 1
+    while s <= limit and ctas * s <= max(ctas, max_waves * slots):
+        f = wave_fill(ctas * s, slots)
+        if f >= min_fill:
+            return s
+        if f > best_fill:
+            best, best_fill = s, f
+        s += 1
+    return best
+
+
+def fig_split_kv(out):
+    slots = SMS * DECODE_CTAS_PER_SM
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    labels, one, split, counts = [], [], [], []
+    for b, hq, hkv, nk in DECODE_SHAPES:
+        ctas = b * hkv  # Nq = 1: group <= 16 rows, one row block
+        s = split_rule(ctas, nk // DECODE_KEYS, slots)
+        labels.append(f"B={b} Hq={hq} Hkv={hkv}\nNk={nk}")
+        one.append(min(ctas, slots) / slots if ctas < slots else wave_fill(ctas, slots))
+        split.append(wave_fill(ctas * s, slots) if ctas * s >= slots else ctas * s / slots)
+        counts.append((ctas, s))
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], one, 0.38, color=GREY, label="one_cta_per_head: B·Hkv CTAs")
+    ax.bar([i + 0.2 for i in x], split, 0.38, color=BLUE, label="split_kv: B·Hkv·splits CTAs")
+    for i, (ctas, s) in enumerate(counts):
+        ax.text(i - 0.2, one[i] + 0.02, f"{ctas}", ha="center", fontsize=8)
+        ax.text(i + 0.2, split[i] + 0.02, f"{ctas * s}\n({s} split{'s' if s > 1 else ''})", ha="center", fontsize=8)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, 1.25)
+    ax.set_ylabel("CTA slots busy (mean over waves)", fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", ncol=2)
+    ax.set_title(f"Decode on {SMS} SMs × {DECODE_CTAS_PER_SM} CTAs: how much of the GPU each grid keeps busy "
+                 "(the split rule of common/split_kv.hpp; a model, not a measurement)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "part6-split-kv.png", dpi=110)
+    plt.close(fig)
+
+
+def fig_paged(out):
+    page, tile = 64, 16
+    table = [5, 2, 7, 0]  # one sequence's block table: its pages, in order, anywhere in the pool
+    fig, ax = plt.subplots(figsize=(11, 3.4))
+    ax.text(-0.3, 2.45, "block table row b", ha="right", va="center", fontsize=8)
+    for i, pg in enumerate(table):
+        ax.add_patch(Rectangle((i * 0.9, 2.1), 0.8, 0.7, facecolor="#eeeeee", edgecolor="black"))
+        ax.text(i * 0.9 + 0.4, 2.45, f"{pg}", ha="center", va="center", fontsize=9)
+    ax.text(-0.3, 0.5, "pool [pages, Hkv, P, D]\n(one head shown)", ha="right", va="center", fontsize=8)
+    for pg in range(8):
+        x = pg * 1.3
+        owner = table.index(pg) if pg in table else None
+        ax.add_patch(Rectangle((x, 0.1), 1.2, 0.8, facecolor="white", edgecolor="black"))
+        ax.text(x + 0.6, 0.0, f"page {pg}", ha="center", va="top", fontsize=7)
+        if owner is not None:
+            for t in range(page // tile):
+                ax.add_patch(Rectangle((x + t * 0.3, 0.1), 0.3, 0.8, facecolor=BLUE if t % 2 == 0 else ORANGE,
+                                       alpha=0.35 + 0.1 * owner, edgecolor="black", lw=0.4))
+            ax.text(x + 0.6, 0.5, f"keys {owner * page}-\n{owner * page + page - 1}", ha="center", va="center", fontsize=7)
+            ax.add_patch(FancyArrowPatch((owner * 0.9 + 0.4, 2.1), (x + 0.6, 0.9), arrowstyle="->", mutation_scale=8,
+                                         color=GREY, lw=0.8))
+    ax.set_xlim(-3.2, 10.6)
+    ax.set_ylim(-0.4, 3.2)
+    ax.axis("off")
+    ax.set_title(f"Key j of sequence b is row j % P of page block_table[b·pages_per_seq + j / P] (P = {page}): each "
+                 f"{tile}-key warp tile (coloured) lies in one page,\nso it is still {tile} contiguous rows; step 29 "
+                 "changes only where a tile starts (schematic)", fontsize=8.5)
+    fig.tight_layout()
+    fig.savefig(out / "part6-paged.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -528,10 +621,12 @@ def main():
     fig_naive_ledger(out)
     fig_backward_loop(out)
     fig_backward_schedule(out)
+    fig_split_kv(out)
+    fig_paged(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
     print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
-          f"{', '.join(part3)} to {out}")
+          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png to {out}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,10 @@ A chapter asks for a table with a marker pair; everything between them is replac
         and each variant's ratio to it too. A backward file (peers.py --pass bwd, "pass": "bwd")
         gives the backward's table: the ladder's cuDNN row is step 98's, and PyTorch's
         FlashAttention-2 backend has a column, and each variant its ratio to it (× FA2)
+    <!-- table: servecheck FILE kind=decode [ids=28/split_kv,29/split_kv] -->
+        scripts/peers.py --pass serve's file: per shape of one kind (decode, paged: GB/s and % of
+        the device copy timed in the same run; gqa, varlen: TFLOP/s), PyTorch's cuDNN and FA2
+        backends, FlashAttention-4 and each ladder variant with its ratio to cuDNN and to FA4
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
@@ -394,6 +398,71 @@ def crosscheck_table(spec):
     return "\n".join(out) + "\n"
 
 
+def servecheck_table(spec):
+    """scripts/peers.py --pass serve: one kind's shapes; memory-bound kinds (decode, paged) in GB/s
+    with the percentage of the run's device copy, prefill kinds (gqa, varlen) in TFLOP/s."""
+    data = load(spec["file"])
+    kind = spec.get("kind", "decode")
+    rows = [r for r in data["rows"] if r.get("kind") == "attention" and r.get("shape_kind") == kind]
+    copy = next((r for r in data["rows"] if r.get("kind") == "copy"), {})
+    ids = [x for x in spec.get("ids", "").split(",") if x]
+    bound = kind in ("decode", "paged")
+    unit = "gbps" if bound else "tflops"
+
+    def shape_key(r):
+        return (r["batch"], r["heads"], r["kv_heads"], r["seqlen"], r["kv_seqlen"], r["head_dim"], r["causal"],
+                r.get("page_size", 0), tuple(r.get("q_lens") or ()))
+    shapes = []
+    for r in rows:
+        if shape_key(r) not in shapes:
+            shapes.append(shape_key(r))
+    by = {(r["name"],) + shape_key(r): r for r in rows}
+
+    def value(name, key):
+        r = by.get((name,) + key)
+        if not r or unit not in r:
+            return None
+        return "FAIL" if r.get("output_check") == "FAIL" else r[unit]
+
+    def num(x):
+        return "—" if x is None else ("FAIL" if x == "FAIL" else (f"{x:.0f}" if bound else f"{x:.1f}"))
+    fa4 = any(r["name"] == "fa4" and unit in r for r in rows)
+    head = ("| B | Hq | Hkv | Nq | Nk | D | mask |" + (" page |" if kind == "paged" else "")
+            + " PyTorch cuDNN | PyTorch FA2 |" + (" FA4 |" if fa4 else "")
+            + "".join(f" {i} |" + (" % of copy |" if bound else "") + " × cuDNN |" + (" × FA4 |" if fa4 else "")
+                      for i in ids))
+    ncols = head.count("|") - 1
+    dtype = next((r.get("dtype") for r in rows), "bf16")
+    what = (f"GB/s (Q, K, V and O counted once) in {dtype}; % of copy = of the {copy.get('gbps', 0):.0f} GB/s "
+            "that a 4 GiB device-to-device copy moved (read + write) in the same run" if bound
+            else f"TFLOP/s in {dtype}")
+    out = [f"{kind}: {what}, all timed by `scripts/peers.py --pass serve` (CUDA-graph replays, L2 flushed, three "
+           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
+           + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "")
+           + ("; PyTorch's rows run the contiguous K/V of the same values" if kind == "paged" else "") + ".\n",
+           head, "|" + "---|" * ncols]
+    for key in shapes:
+        b, h, hkv, nq, nk, d, causal, page, lens = key
+        ref, f2, f4 = value("sdpa-cudnn", key), value("sdpa-flash", key), value("fa4", key)
+        cells = [f"{b} ({len(lens)} seqs, {sum(lens)} tokens)" if lens else str(b), str(h), str(hkv),
+                 "varlen" if lens else str(nq), "varlen" if lens else str(nk), str(d),
+                 "causal" if causal else "none"] + ([str(page)] if kind == "paged" else []) + [num(ref), num(f2)]
+        if fa4:
+            cells.append(num(f4))
+        for i in ids:
+            t = value("ladder:" + i, key)
+            pct = by.get(("ladder:" + i,) + key, {}).get("pct_of_copy") if t not in (None, "FAIL") else None
+            cells += ([num(t)] + ([f"{pct:.0f}%" if pct is not None else "—"] if bound else [])
+                      + [_ratio(t, ref)] + ([_ratio(t, f4)] if fa4 else []))
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    if any(r.get("output_check") == "FAIL" for r in rows):
+        out.append("FAIL: the row's output differed from the fp32 reference beyond the tolerance.\n")
+    out.append(_peers_footer(data, spec, f"scripts/peers.py --pass serve --grid {data.get('grid', kind)} "
+                                         "--ladder-lib … --ours …"))
+    return "\n".join(out) + "\n"
+
+
 def compare_table(spec):
     """scripts/peers.py's file with two labelled libraries and --ladder-pairs: per pair (old → new)
     and shape, new/old in TFLOP/s; ≈ when the three rounds' ratios do not all fall on one side of 1."""
@@ -465,7 +534,7 @@ def render(spec_text):
                 + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
               "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table,
-              "compare": compare_table}
+              "compare": compare_table, "servecheck": servecheck_table}
     return tables[spec["type"]](spec)
 
 

@@ -23,6 +23,11 @@
 #              shapes (B=4 H=8 D=64 and B=2 H=16 D=128, N=8192, both masks), per dtype; and
 #              steps 23-25 at B=4 H=8 D=64 N=1024,2048 (fp16), where the naive step's N×N
 #              matrices still fit
+#   serving    Part VI in the ladder's process (bf16; ROUND_SERVING lists the parts, default all):
+#              decode at the issue's four shapes, contiguous and paged (pages of 64 and 256), steps
+#              28-29 and cuDNN (99); GQA prefill against dense (B=4 H=32 Hkv=8, N=4096,8192, D=128,
+#              both masks; steps 21, 26, 99); a varlen batch of lengths 1..8192 against the dense
+#              batch (steps 21, 27, 99); fp16 accumulation (steps 05, 30; fp16, D=64)
 #   grids      the standard grids (B=4 H=8 D=64 N=1k..16k; 16k tokens H=16 D=128 N=1k..16k), each
 #              step's main variant, timed only
 #   waves      a many-wave shape, B=16 H=16 N=4096 D=64, every variant of the steps
@@ -35,6 +40,8 @@
 #   bwdpeers   scripts/peers.py --pass bwd: the backward (dQ, dK, dV) of PyTorch's FA2 and cuDNN
 #              backends and FlashAttention-4 beside the ladder's backward variants (98/cudnn and
 #              each of ROUND_BWD_STEPS' main variant) through libladder_capi.so, at Part V's shapes
+#   servepeers scripts/peers.py --pass serve: Part VI's shapes with PyTorch's SDPA (enable_gqa) and
+#              FlashAttention-4 (GQA, varlen, paged) beside the ladder's Part VI main variants
 #   compare    scripts/peers.py with two libraries (old=--old-lib, new=this build) in one process:
 #              each old variant and its new counterpart at Part IV's shapes (make_tables' compare)
 #   ncu        Nsight Compute on ROUND_NCU_IDS (speed of light, warp states, schedulers, pipes)
@@ -67,7 +74,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES=(fa4 build smoke test sanitize ladder backward grids waves softmax readme peers crosscheck bwdpeers compare ncu profile labs)
+ALL_STAGES=(fa4 build smoke test sanitize ladder backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs)
 # Old id -> new id: the variants the compare stage times side by side (the re-cut of Part IV).
 COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,20/persistent_dynamic>21/dynamic"
 COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers,21/three_consumers>22/three_consumers_3stage"
@@ -227,7 +234,7 @@ stage_build() {
     [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)" = 9.0 ] && arch=90a
   fi
   local targets=(ladder gpu_tests ladder_capi)
-  if has labs; then for l in L01 L02 L03 L04 L05 L06 L07; do targets+=("lab_$l" "lab_${l}_solution"); done; fi
+  if has labs; then for l in L01 L02 L03 L04 L05 L06 L07 L08; do targets+=("lab_$l" "lab_${l}_solution"); done; fi
   has profile && targets=(all)
   # shellcheck disable=SC2086
   timeout "$(cap 120)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -328,7 +335,7 @@ stage_checks() {
     # Library peers (99) are not sanitized: the reports would come from inside cuDNN's kernels.
     if has sanitize && ((s < 90)) && [ -n "$(variants_of all "$s")" ]; then
       throttle
-      (scripts/sanitize.sh --steps "$s" --dtype "$dtype_arg" --timeout "$((t / ${#tools[@]}))" "$bin/ladder" \
+      (scripts/sanitize.sh --steps "$s" $( ((s >= 26)) && echo --serving) --dtype "$dtype_arg" --timeout "$((t / ${#tools[@]}))" "$bin/ladder" \
          "${tools[@]}" >"$logs/sanitize-$s.log" 2>&1; echo $? >"$logs/sanitize-$s.rc") &
     fi
   done
@@ -390,6 +397,35 @@ stage_backward() {
   done
   ladder_run "backward-small" 200 --track backward --steps 23-25,98 --ref-rows 256 --b 4 --heads 8 --d 64 \
     --n 1024,2048 --mask both || rc=1
+  return $rc
+}
+stage_serving() {
+  need_bin serving || return 1
+  local rc=0 part
+  local d=(--track attention --ref-rows 256 --dtype bf16 --d 128)
+  for part in ${ROUND_SERVING:-decode gqa varlen fp16acc}; do
+    case $part in
+      decode)
+        ladder_run serving-decode-b8 150 "${d[@]}" --steps 28,29 --b 8 --heads 32 --kv-heads 8 --n 1 \
+          --kv-n 32768 --page-size 0,64,256 || rc=1
+        ladder_run serving-decode-b64 150 "${d[@]}" --steps 28,29 --b 64 --heads 32 --kv-heads 8 --n 1 \
+          --kv-n 4096 --page-size 0,64,256 || rc=1
+        ladder_run serving-decode-b1 150 "${d[@]}" --steps 28,29 --b 1 --heads 64 --kv-heads 8 --n 1 \
+          --kv-n 131072 --page-size 0,64,256 || rc=1
+        ladder_run serving-decode-b128 150 "${d[@]}" --steps 28,29 --b 128 --heads 32 --kv-heads 32 --n 1 \
+          --kv-n 2048 --page-size 0,64,256 || rc=1 ;;
+      gqa)
+        ladder_run serving-gqa 300 "${d[@]}" --steps 21,26 --b 4 --heads 32 --kv-heads 0,8 --n 4096,8192 \
+          --mask both || rc=1 ;;
+      varlen)
+        ladder_run serving-varlen 300 "${d[@]}" --steps 21,27 --heads 16 --kv-heads 0,4 \
+          --varlen random:24:8192:1 --varlen dense --b 6 --n 8192 --mask both || rc=1 ;;
+      fp16acc)
+        ladder_run serving-fp16acc 300 --track attention --steps 5,30 --ref-rows 256 --dtype fp16 --d 64 \
+          --b 4 --heads 8 --n 1024,2048,4096,8192 --mask both || rc=1 ;;
+      *) note "serving: unknown part '$part'"; rc=1 ;;
+    esac
+  done
   return $rc
 }
 stage_grids() {
@@ -514,6 +550,20 @@ stage_bwdpeers() {
   done
   return $rc
 }
+stage_servepeers() {
+  need_bin servepeers || return 1
+  [ -f "$capi" ] || { note "servepeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
+  local ids=() s main grid rc=0
+  listed 99/cudnn && ids+=(99/cudnn)
+  for s in 26 27 28 29; do mapfile -t main < <(variants_of main "$s"); ids+=("${main[@]}"); done
+  ((${#ids[@]})) || note "  servepeers: no Part VI variant in this build: PyTorch's and FA4's rows only"
+  # One grid per run: each stays well under the stage's cap (FA4 compiles once per configuration).
+  for grid in ${ROUND_SERVE_GRIDS:-decode paged gqa varlen}; do
+    peers_run "servepeers-$grid" --pass serve --grid "$grid" --dtype bf16 \
+      ${ids[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${ids[@]}")"} || rc=1
+  done
+  return $rc
+}
 stage_compare() {
   need_bin compare || return 1
   [ -f "$old_lib" ] || { note "compare: no old library at $old_lib(.xz) (--old-lib or ROUND_OLD_LIB)"; return 1; }
@@ -589,7 +639,7 @@ stage_profile() {
 # ---- the labs ------------------------------------------------------------------------------
 stage_labs() {
   local lbin=${LABS_BIN:-$build/bin} lab rc t failures=0
-  for lab in L01 L02 L03 L04 L05 L06 L07; do
+  for lab in L01 L02 L03 L04 L05 L06 L07 L08; do
     if [ ! -x "$lbin/lab_${lab}_solution" ]; then note "  $lab: no checker in $lbin (the build stage builds them)"; failures=$((failures + 1)); continue; fi
     t=$SECONDS
     timeout "$(cap 300)" "$lbin/lab_${lab}_solution" >"$logs/$lab-solution.log" 2>&1
@@ -628,7 +678,7 @@ if has build; then stage build 60 || { note "build failed: nothing after it can 
 [ -n "$bin" ] && note "binaries: $bin ($(grep -cE '^ +[0-9]+/' "$logs/list.txt") variants listed)"
 if has smoke; then stage smoke 30 || { note "smoke failed: a kernel hangs or fails on a small problem; stopping"; exit 1; }; fi
 if has test; then stage test 60 || rc_all=1; elif has sanitize; then stage sanitize 60 || rc_all=1; fi
-for s in ladder backward grids waves softmax readme peers crosscheck bwdpeers compare ncu profile labs; do
+for s in ladder backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs; do
   stage "$s" 40 || rc_all=1
 done
 note "done in $((SECONDS - t0)) s, rc=$rc_all"

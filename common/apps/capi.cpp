@@ -13,6 +13,14 @@
 //                                 void* dq, void* dk, void* dv, void* stream, char* error,
 //                                 int error_bytes);
 //
+//   int ladder_attention_serving(const char* id, int batch, int heads, int kv_heads, int seqlen,
+//                                int kv_seqlen, int head_dim, int causal, int bf16,
+//                                const int* q_lens, const int* kv_lens,
+//                                const int* cu_seqlens_q, const int* cu_seqlens_k,
+//                                int page_size, const int* block_table,
+//                                const void* q, const void* k, const void* v, void* o,
+//                                float* lse, void* stream, char* error, int error_bytes);
+//
 // q, k, v, o (and d_o, dq, dk, dv): [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors;
 // lse: [B, H, N] fp32, the natural log of the sum of exp(S / sqrt(D)) over each row (the forward
 // writes it where its variant does, and may be given null otherwise; the backward reads it);
@@ -21,12 +29,34 @@
 // GPU, a CUDA failure). Workspaces are allocated on a variant's first call for a shape and kept,
 // so the calls that a CUDA graph captures allocate nothing.
 //
+// ladder_attention_serving is the same call for Part VI's problems (common/problem.hpp gives each
+// layout): kv_heads K/V heads (0: heads; GQA when fewer), kv_seqlen keys per sequence (0: seqlen;
+// decode when it differs, causal aligned to the end), a packed variable-length batch when q_lens is
+// given, a paged K/V cache when page_size > 0. Two arguments come twice, on purpose:
+//   q_lens, kv_lens  HOST arrays of `batch` lengths (kv_lens null: the same as q_lens), or both null
+//                    for a dense batch. The shape needs the lengths on the host (the variant's
+//                    refusals, its workspace, its grid), and reading them back from cu_seqlens would
+//                    be a device-to-host copy in every call: a synchronization, and no CUDA graph
+//                    could capture it. seqlen is then ignored (the longest of q_lens is taken) and
+//                    kv_seqlen must be 0.
+//   cu_seqlens_q/k   DEVICE [batch + 1] int32 prefix sums of the same lengths, which the kernels
+//                    read (varlen only; both required, null otherwise). The caller keeps the two
+//                    consistent: this call cannot compare them without that copy.
+//   block_table      DEVICE [batch, pages_per_seq] int32 (paged only), pages_per_seq =
+//                    ceil(longest kv length / page_size); k and v are then the page pool
+//                    [num_pages, kv_heads, page_size, D].
+// Varlen q, o are [total_q, H, D], k, v [total_k, kv_heads, D], lse [H, total_q]; dense ones as
+// ladder_attention's with kv_heads and kv_seqlen for K and V. Same return codes (0, or 1 with a
+// message: an unknown id, a shape no step can run, a property the variant does not serve, a
+// missing pointer, a CUDA failure).
+//
 // The library runs inside another program, next to that program's own copies of the libraries we
 // use (PyTorch ships a cuDNN frontend, CCCL and a CUDA runtime of its own). It therefore exports
-// these two functions and nothing else (capi.map), and never lets an exception or an unknown error
+// these three functions and nothing else (capi.map), and never lets an exception or an unknown error
 // cross into the caller.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -100,14 +130,10 @@ struct Prepared {
   void* workspace;
 };
 template <class Launch>
-Prepared prepare(const char* id, const char* kind, int batch, int heads, int seqlen, int head_dim,
-                 int causal, int bf16) {
+Prepared prepare(const char* id, const char* kind, const AttentionShape& shape) {
   std::string why;
   const ladder::Variant* variant = find_variant<Launch>(id ? id : "", kind, &why);
   if (!variant) throw CallError{why};
-  AttentionShape shape{.batch = batch, .heads = heads, .seqlen = seqlen, .head_dim = head_dim,
-                       .causal = causal != 0,
-                       .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16};
   if (auto bad = ladder::validate(shape)) throw CallError{*bad};
   const Device gpu = current_device();
   if (auto refused = variant->constraints.refuse(shape, gpu.sm))
@@ -116,6 +142,42 @@ Prepared prepare(const char* id, const char* kind, int batch, int heads, int seq
   auto& slot = workspaces()[{std::string(id), bytes}];
   if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
   return {variant, shape, gpu, slot->get()};
+}
+template <class Launch>
+Prepared prepare(const char* id, const char* kind, int batch, int heads, int seqlen, int head_dim,
+                 int causal, int bf16) {
+  return prepare<Launch>(id, kind,
+                         AttentionShape{.batch = batch, .heads = heads, .seqlen = seqlen,
+                                        .head_dim = head_dim, .causal = causal != 0,
+                                        .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16});
+}
+
+// ladder_attention_serving's shape from its arguments (the header comment says which are whose).
+// Throws CallError for a missing pointer or a length array that contradicts the other arguments.
+AttentionShape serving_shape(int batch, int heads, int kv_heads, int seqlen, int kv_seqlen,
+                             int head_dim, int causal, int bf16, const int* q_lens,
+                             const int* kv_lens, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                             int page_size, const int* block_table) {
+  AttentionShape shape{.batch = batch, .heads = heads, .seqlen = seqlen, .head_dim = head_dim,
+                       .causal = causal != 0,
+                       .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16,
+                       .kv_heads = kv_heads, .kv_seqlen = kv_seqlen, .page_size = page_size};
+  if (kv_lens && !q_lens) throw CallError{"kv_lens without q_lens: a varlen batch gives both (or q_lens alone)"};
+  if (q_lens) {
+    if (batch <= 0) throw CallError{"a variable-length batch needs batch > 0 lengths"};
+    shape.q_lens.assign(q_lens, q_lens + batch);
+    if (kv_lens) shape.kv_lens.assign(kv_lens, kv_lens + batch);
+    int longest = 0;
+    for (int n : shape.q_lens) longest = std::max(longest, n);
+    shape.seqlen = longest;
+    if (!cu_seqlens_q || !cu_seqlens_k)
+      throw CallError{"a variable-length batch (q_lens given) needs the device cu_seqlens_q and cu_seqlens_k"};
+  } else if (cu_seqlens_q || cu_seqlens_k) {
+    throw CallError{"cu_seqlens given without q_lens: give the host lengths too (they make the shape)"};
+  }
+  if (page_size > 0 && !block_table) throw CallError{"a paged K/V cache (page_size > 0) needs the device block_table"};
+  if (page_size <= 0 && block_table) throw CallError{"a block_table without page_size > 0"};
+  return shape;
 }
 
 // Runs `body`, turning every exception into 1 and a message (never across the C boundary).
@@ -177,5 +239,34 @@ extern "C" int ladder_attention_backward(const char* id, int batch, int heads, i
                                     p.gpu.sm_count,
                                     p.gpu.l2_bytes};
     std::get<ladder::BackwardLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
+  });
+}
+
+extern "C" int ladder_attention_serving(const char* id, int batch, int heads, int kv_heads,
+                                        int seqlen, int kv_seqlen, int head_dim, int causal,
+                                        int bf16, const int* q_lens, const int* kv_lens,
+                                        const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                        int page_size, const int* block_table, const void* q,
+                                        const void* k, const void* v, void* o, float* lse,
+                                        void* stream, char* error, int error_bytes) {
+  return guarded(id, error, error_bytes, [&] {
+    const Prepared p = prepare<ladder::AttentionLaunch>(
+        id, "attention",
+        serving_shape(batch, heads, kv_heads, seqlen, kv_seqlen, head_dim, causal, bf16, q_lens,
+                      kv_lens, cu_seqlens_q, cu_seqlens_k, page_size, block_table));
+    ladder::AttentionArgs args{p.shape,
+                               p.shape.softmax_scale(),
+                               static_cast<const __half*>(q),
+                               static_cast<const __half*>(k),
+                               static_cast<const __half*>(v),
+                               static_cast<__half*>(o),
+                               lse,
+                               p.workspace,
+                               p.gpu.sm_count,
+                               p.gpu.l2_bytes};
+    args.cu_seqlens_q = cu_seqlens_q;
+    args.cu_seqlens_k = cu_seqlens_k;
+    args.block_table = block_table;
+    std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }

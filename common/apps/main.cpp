@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
     if (!backward.empty())
       for (const auto& shape : attention_shapes(options)) {
         if (session.context_lost) break;
+        if (features_of(shape) != 0) {  // Part V's steps take the dense problem only
+          fmt::print("\n== backward {} ==\n  skipped: the backward track runs dense problems only\n",
+                     shape.to_string());
+          continue;
+        }
         show(run_backward(session, shape, backward, options.run));
       }
     if (!matmul.empty() && !session.context_lost) {

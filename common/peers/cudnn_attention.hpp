@@ -10,6 +10,11 @@
 //   99/cudnn_lse  O and the log-sum-exp ("stats", natural log of the scaled logits), checked by the
 //                 harness like any variant's LSE
 //
+// Both serve Part VI's problems (common/problem.hpp) with cuDNN's own means: GQA as K/V tensors
+// of Hkv heads, decode as the causal diagonal aligned to the bottom right, a variable-length batch
+// as ragged offsets with a padding mask, a paged cache as the frontend's page tables. What cuDNN
+// declines among them is a skipped row with cuDNN's words (LibraryRefusal), never a failed one.
+//
 // Otherwise it registers one variant, 99/cudnn, that every problem refuses with
 // cudnn_not_built_message(): the table shows the row as skipped, saying how to enable it.
 //
@@ -29,6 +34,7 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -73,10 +79,25 @@ struct CudnnGraphKey {
   DType dtype = DType::F16;       // of Q, K, V and O
   bool stats = false;             // also writes the log-sum-exp
   std::uint32_t scale_bits = 0;   // the softmax scale's float bits (1/sqrt(D) in the harness)
+  // Part VI, resolved (a dense problem has kv_heads == heads, kv_seqlen == seqlen, no lengths, no
+  // pages). The lengths are in the key because the graph bakes in the longest of each, the pool's
+  // page count and the total queries (the LSE's layout); a GQA, decode, varlen or paged problem
+  // never reuses another's plan.
+  int kv_heads = 0;               // K/V heads
+  int kv_seqlen = 0;              // keys per sequence (dense); 0 for a variable-length batch
+  std::vector<int> q_lens;        // varlen: queries of each sequence; empty = dense
+  std::vector<int> kv_lens;       // varlen: keys of each sequence (resolved: never empty if q_lens isn't)
+  int page_size = 0;              // paged: rows per page; 0 = contiguous K/V
+
+  bool varlen() const { return !q_lens.empty(); }
+  bool paged() const { return page_size > 0; }
   auto operator<=>(const CudnnGraphKey&) const = default;
 };
 CudnnGraphKey cudnn_graph_key(const AttentionShape& shape, float softmax_scale, bool stats, int device);
-std::string to_string(const CudnnGraphKey& key);  // "B=4 H=8 N=4096 D=64 causal fp16, stats, device 0"
+// "B=4 H=8 N=4096 D=64 causal fp16, scale 0.125, O and stats, device 0"; Part VI's properties that
+// are on follow the mask and type: " Hkv=8", " Nkv=32768", " varlen(4 seqs, 10812 q, 10812 k)",
+// " page=64".
+std::string to_string(const CudnnGraphKey& key);
 
 // cuDNN has no engine for a problem (or refuses one of its attributes) on this GPU with this
 // cuDNN: a limit of the library, not a wrong answer. Thrown by the first launch for that problem

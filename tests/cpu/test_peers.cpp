@@ -51,6 +51,74 @@ TEST_CASE("a cuDNN graph key holds everything the graph bakes in", "[peers]") {
   CHECK(contains(text, "B=4 H=8 N=4096 D=64 causal fp16"));
   CHECK(contains(text, "stats"));
   CHECK(contains(text, "device 1"));
+  CHECK_FALSE(contains(text, "Hkv"));  // a dense problem names none of Part VI's properties
+  CHECK_FALSE(contains(text, "Nkv"));
+  CHECK_FALSE(contains(text, "varlen"));
+  CHECK_FALSE(contains(text, "page"));
+}
+
+TEST_CASE("a cuDNN graph key tells Part VI's problems apart", "[peers]") {
+  const AttentionShape dense{4, 8, 4096, 64, true};
+  const float scale = dense.softmax_scale();
+  auto key_of = [&](const AttentionShape& s) { return cudnn_graph_key(s, scale, false, 0); };
+
+  // The properties are resolved: spelling out the dense defaults is the same problem, the same plan.
+  AttentionShape spelled = dense;
+  spelled.kv_heads = 8;
+  spelled.kv_seqlen = 4096;
+  CHECK(key_of(spelled) == key_of(dense));
+  AttentionShape varlen_spelled;  // kv_lens left empty means "the same as q_lens"
+  varlen_spelled.batch = 3;
+  varlen_spelled.heads = 8;
+  varlen_spelled.seqlen = 17;
+  varlen_spelled.causal = true;
+  varlen_spelled.q_lens = {1, 17, 5};
+  AttentionShape varlen_explicit = varlen_spelled;
+  varlen_explicit.kv_lens = {1, 17, 5};
+  CHECK(key_of(varlen_spelled) == key_of(varlen_explicit));
+
+  // Each property, and each length, changes the key: a GQA problem never reuses a dense plan.
+  std::vector<AttentionShape> shapes;
+  auto with = [&](auto change) {
+    AttentionShape s = dense;
+    change(s);
+    shapes.push_back(s);
+  };
+  with([](AttentionShape& s) { s.kv_heads = 2; });                  // GQA
+  with([](AttentionShape& s) { s.kv_heads = 1; });                  // MQA
+  with([](AttentionShape& s) { s.seqlen = 1; s.kv_seqlen = 4096; });  // decode
+  with([](AttentionShape& s) { s.seqlen = 1; s.kv_seqlen = 4097; });
+  with([](AttentionShape& s) { s.page_size = 64; });                // paged
+  with([](AttentionShape& s) { s.page_size = 16; });
+  with([](AttentionShape& s) { s.batch = 3; s.seqlen = 17; s.q_lens = {1, 17, 5}; });  // varlen
+  with([](AttentionShape& s) { s.batch = 3; s.seqlen = 17; s.q_lens = {1, 17, 6}; });
+  with([](AttentionShape& s) { s.batch = 3; s.seqlen = 17; s.q_lens = {1, 17, 5}; s.kv_lens = {9, 17, 5}; });
+  with([](AttentionShape& s) {
+    s.batch = 3; s.seqlen = 17; s.q_lens = {1, 17, 5}; s.kv_lens = {9, 17, 5}; s.page_size = 16;
+  });
+  std::set<CudnnGraphKey> distinct;
+  distinct.insert(key_of(dense));
+  for (const AttentionShape& s : shapes) distinct.insert(key_of(s));
+  CHECK(distinct.size() == shapes.size() + 1);
+
+  // The key's name says which properties are on.
+  AttentionShape all = dense;
+  all.batch = 3;
+  all.seqlen = 17;
+  all.kv_heads = 2;
+  all.q_lens = {1, 17, 1};
+  all.kv_lens = {9, 17, 14};
+  all.page_size = 16;
+  const std::string text = to_string(cudnn_graph_key(all, scale, true, 0));
+  CHECK(contains(text, "B=3 H=8 N=17 D=64 causal fp16"));
+  CHECK(contains(text, " Hkv=2"));
+  CHECK(contains(text, " varlen(3 seqs, 19 q, 40 k)"));
+  CHECK(contains(text, " page=16"));
+  CHECK_FALSE(contains(text, "Nkv"));  // a varlen batch's keys are in its lengths
+  AttentionShape decode = dense;
+  decode.seqlen = 7;
+  decode.kv_seqlen = 4097;
+  CHECK(contains(to_string(key_of(decode)), "B=4 H=8 N=7 D=64 causal fp16 Nkv=4097,"));
 }
 
 TEST_CASE("the build-once cache builds each key once and remembers refusals", "[peers]") {
@@ -130,10 +198,30 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
   CHECK(step->variants.at(step->main_variant).name == "cudnn");
 
   const AttentionShape d64{1, 2, 113, 64, true}, d96{1, 2, 113, 96, false};
+  // Part VI's problems, one property each and all at once: cuDNN's graph takes every one of them.
+  std::vector<AttentionShape> part6;
+  auto with = [&](auto change) {
+    AttentionShape s{2, 8, 7, 128, true, DType::BF16};
+    change(s);
+    REQUIRE_FALSE(validate(s));
+    part6.push_back(s);
+  };
+  with([](AttentionShape& s) { s.kv_heads = 2; });
+  with([](AttentionShape& s) { s.seqlen = 1; s.kv_seqlen = 4097; });
+  with([](AttentionShape& s) { s.q_lens = {7, 1}; s.kv_lens = {17, 1}; });
+  with([](AttentionShape& s) { s.kv_seqlen = 128; s.page_size = 16; });
+  with([](AttentionShape& s) { s.kv_heads = 1; s.q_lens = {7, 1}; s.kv_lens = {4097, 129}; s.page_size = 256; });
+  const unsigned all_features = unsigned(Feature::Gqa) | unsigned(Feature::Decode) |
+                                unsigned(Feature::Varlen) | unsigned(Feature::Paged);
+  for (const Variant& v : step->variants) CHECK(v.constraints.features == all_features);
   if (cudnn_build_info().built) {
     REQUIRE(step->variants.size() == 2);
     for (const Variant& v : step->variants) {
       CHECK(v.peer);
+      for (const AttentionShape& s : part6) {
+        CAPTURE(s.to_string());
+        CHECK_FALSE(v.constraints.refuse(s, 90));
+      }
       CHECK_FALSE(v.constraints.refuse(d64, 90));                  // an H200 runs it
       CHECK_FALSE(v.constraints.refuse(AttentionShape{1, 1, 1, 128, false}, 80));
       CHECK(v.constraints.refuse(d64, 75));                        // Turing: no fused fp16 SDPA
@@ -148,6 +236,11 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
     REQUIRE(why);
     CHECK(why->rfind("cudnn: not built — ", 0) == 0);
     CHECK(contains(*why, cudnn_build_info().missing));
+    for (const AttentionShape& s : part6) {  // the reason, not "does not handle GQA"
+      const auto part6_why = step->variants[0].constraints.refuse(s, 90);
+      REQUIRE(part6_why);
+      CHECK(part6_why->rfind("cudnn: not built — ", 0) == 0);
+    }
   }
 }
 

@@ -13,6 +13,12 @@
     and the ladder's backward (from the O and log-sum-exp the script gives it) checked against
     cuDNN's, FLOPs 2.5x the forward's; a wrong mask or layout FAILs; the real library's backward
     entry point answers for its own ids only
+  - scripts/peers.py --pass serve: the issue's grids (decode, GQA, seeded varlen, paged); on the
+    stand-in, SDPA with enable_gqa, FA4's flash_attn_func / varlen / paged calls and the ladder's
+    serving call each checked against the fp32 reference (causal aligned to the end), GB/s and % of
+    the device copy; a wrong GQA head map or a page walk without the block table FAILs; the real
+    library's ladder_attention_serving refuses bad arguments with a message; make_tables.py's
+    servecheck table (GB/s and % of copy for decode and paged, TFLOP/s for prefill)
   - scripts/make_tables.py: the crosscheck table with FlashAttention-4's column and ratios, a FAIL
     row shown as FAIL, and the compare table's new/old ratios and its noise mark; the backward's
     crosscheck table (step 98's cuDNN row, the FA2 column)
@@ -315,6 +321,205 @@ def test_peers_backward(tmp):
     check(t.startswith("Backward (dQ, dK, dV") and "| 1 | 2 | 40 | 16 | causal |" in t,
           "the crosscheck table reads peers.py's backward file")
 
+FAKE_SERVE = """
+import sys
+import numpy as np
+import peers
+import torch
+from torch.nn.functional import attention
+S = peers.serve_shape
+peers.COPY_BYTES = 1 << 16
+peers.serve_shapes = lambda quick, grid, seed, count, longest: [
+    S("decode", 2, 4, 2, 1, 40, 16, False), S("decode", 2, 4, 2, 3, 40, 16, True),
+    S("gqa", 1, 4, 2, 24, 24, 16, True), S("gqa", 1, 4, 2, 200, 200, 16, True),
+    S("varlen", 4, 4, 2, 150, 150, 16, True, [1, 17, 150, 5]),
+    S("paged", 2, 4, 2, 1, 40, 16, False, page_size=16)]
+
+
+class FakeLibs:
+    def __init__(self, specs):
+        self.paths = peers.parse_ladder_libs(specs)
+        self.serving_fns = {label: object() for label in self.paths}
+
+
+# The ladder through ladder_attention_serving, on its own layouts: 26/head_mod maps Q head h to K/V
+# head h % Hkv (not h // group), 29/in_order reads the pages in order, not through the block table.
+def fake_serving_call(libs, label, vid, s, q, k, v, bf16, cu_q=None, cu_k=None, block_table=None):
+    if vid == "28/missing":
+        raise RuntimeError("no attention variant 28/missing in this library (see `ladder --list`)")
+    o = torch.empty_like(q)
+    h, hkv = s["heads"], s["kv_heads"]
+
+    def one(qa, ka, va):  # [1, H, Nq, D] against [1, Hkv, Nk, D]
+        if vid == "26/head_mod":
+            ka, va = ka[:, np.arange(h) % hkv], va[:, np.arange(h) % hkv]
+        return attention(qa, ka, va, s["causal"], end_aligned=True)[0]
+
+    def call():
+        if s["q_lens"]:
+            cu = cu_q.a.astype(int)
+            for b in range(s["batch"]):
+                lo, hi = cu[b], cu[b + 1]
+                t = lambda x: np.swapaxes(x.a[lo:hi], 0, 1)[None]  # noqa: E731
+                o.a[lo:hi] = np.swapaxes(one(t(q), t(k), t(v))[0], 0, 1)
+        elif s["page_size"]:
+            table, pages = block_table.a.astype(int), block_table.shape[1]
+            for b in range(s["batch"]):
+                idx = np.arange(b * pages, (b + 1) * pages) if vid == "29/in_order" else table[b]
+                rows = lambda pool: np.swapaxes(pool.a[idx], 0, 1).reshape(hkv, -1, s["head_dim"])[:, :s["kv_seqlen"]]  # noqa: E731
+                o.a[b] = one(q.a[b:b + 1], rows(k)[None], rows(v)[None])[0]
+        else:
+            o.a[...] = one(q.a, k.a, v.a)
+    return call, o
+
+
+peers.LadderLibs, peers.ladder_serving_call = FakeLibs, fake_serving_call
+sys.exit(peers.main(sys.argv[1:]))
+"""
+
+
+def run_fake_serve(tmp, name, fa4_mode, *extra):
+    out = tmp / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}", "FAKE_FA4": fa4_mode}
+    r = subprocess.run([sys.executable, "-c", FAKE_SERVE, "--out", str(out), "--pass", "serve", *extra],
+                       capture_output=True, text=True, env=env, timeout=120)
+    data = json.loads(out.read_text()) if out.exists() else {"rows": []}
+    rows = {}
+    for x in data["rows"]:
+        rows[(x["name"], x.get("shape_kind"), x.get("seqlen"), x.get("page_size"))] = x  # (name, kind, Nq, page)
+    return r, data, rows
+
+
+def test_peers_serve(tmp, capi):
+    # The grids of the issue, whatever the stand-ins below replace.
+    shapes = peers.serve_shapes(False)
+    decode = [(x["batch"], x["heads"], x["kv_heads"], x["kv_seqlen"]) for x in shapes if x["kind"] == "decode"]
+    check(decode == [(8, 32, 8, 32768), (64, 32, 8, 4096), (1, 64, 8, 131072), (128, 32, 32, 2048)]
+          and all(x["seqlen"] == 1 and x["head_dim"] == 128 for x in shapes if x["kind"] == "decode"),
+          "serve grid: the issue's four decode shapes, one query token, D=128")
+    gqa = [(x["batch"], x["heads"], x["kv_heads"], x["seqlen"], x["causal"]) for x in shapes if x["kind"] == "gqa"]
+    check(sorted(gqa) == sorted((4, 32, 8, n, c) for n in (4096, 8192) for c in (False, True)),
+          "serve grid: GQA prefill B=4 H=32 Hkv=8 N=4096/8192, both masks")
+    varlen = [x for x in shapes if x["kind"] == "varlen"]
+    lens = varlen[0]["q_lens"]
+    check(len(lens) == 16 and all(1 <= n <= 8192 for n in lens) and len(set(lens)) > 1
+          and lens == peers.serve_shapes(False, "varlen", 0)[0]["q_lens"]
+          and lens != peers.serve_shapes(False, "varlen", 1)[0]["q_lens"]
+          and {x["causal"] for x in varlen} == {False, True},
+          "serve grid: varlen lengths drawn from 1..8192, the same for a seed, another for another seed")
+    check(sorted({x["page_size"] for x in shapes if x["kind"] == "paged"}) == [64, 256]
+          and len([x for x in shapes if x["kind"] == "paged"]) == 8, "serve grid: paged decode at pages of 64 and 256")
+    check([x["kind"] for x in peers.serve_shapes(True)] == ["decode", "gqa", "varlen", "paged"],
+          "serve --quick: the first shape of each kind")
+    s = peers.serve_shape("decode", 2, 8, 2, 3, 10, 64, True)
+    check(peers.serve_flops(s) == 4 * 8 * 64 * 2 * (3 * 7 + 6) and peers.serve_bytes(s) == (2 * 2 * 3 * 8 + 2 * 2 * 10 * 2) * 64 * 2,
+          "serve: FLOPs over the exact causal pairs of a decode, bytes Q + K + V + O once (K/V with Hkv heads)")
+    s = peers.serve_shape("varlen", 2, 4, 4, 5, 5, 8, True, [5, 3])
+    check(peers.serve_flops(s) == 4 * 4 * 8 * (25 / 2 + 9 / 2), "serve: a causal varlen batch counts half of each sequence")
+    for bad, why in ((["--grid", "decode"], "belongs to --pass serve"), (["--pass", "serve", "--grid", "part4"], "is not one of"),
+                     (["--pass", "serve", "--varlen-count", "0"], "must be positive")):
+        r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), *bad],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 2 and why in r.stderr, f"peers.py {' '.join(bad)}: exit 2 ({why})")
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print("skip peers.py --pass serve on the stand-in torch: numpy is not installed")
+        return
+    a = tmp / "serve-lib.so"
+    a.write_bytes(b"lib")
+    r, data, rows = run_fake_serve(tmp, "fake-serve", "good", "--ladder-lib", str(a),
+                                   "--ours", "28/split_kv,28/missing")
+    print(r.stdout[-3000:], r.stderr[-1500:])
+    check(r.returncode == 0 and data.get("complete") is True and data.get("pass") == "serve"
+          and data["provenance"].get("dtype") == "bf16", "peers.py --pass serve (stand-in torch): exit 0, bf16 by default")
+    copy = [x for x in data["rows"] if x["kind"] == "copy"]
+    check(len(copy) == 1 and copy[0]["bytes"] == 2 << 16 and copy[0]["gbps"] > 0, "serve: the device copy's row first")
+    for kind, nq, page in (("decode", 1, 0), ("decode", 3, 0), ("gqa", 24, 0), ("gqa", 200, 0), ("varlen", 150, 0),
+                           ("paged", 1, 16)):
+        for name in ("fa4", "ladder:28/split_kv"):
+            row = rows.get((name, kind, nq, page), {})
+            check(row.get("output_check") == "pass" and row.get("rel_diff", 1) < 1e-5 and row.get("reference") == "fp32"
+                  and row.get("gbps", 0) > 0 and abs(row["pct_of_copy"] - 100 * row["gbps"] / copy[0]["gbps"]) < 1e-6,
+                  f"serve {kind} Nq={nq} page={page}: {name} checked against the fp32 reference, GB/s and % of copy")
+        check("no attention variant 28/missing" in rows.get(("ladder:28/missing", kind, nq, page), {}).get("error", ""),
+              f"serve {kind}: a variant the library lacks gets a row saying so, not a failure")
+    for name in ("sdpa-cudnn", "sdpa-flash"):
+        check(rows.get((name, "decode", 1, 0), {}).get("output_check") == "pass"
+              and rows.get((name, "gqa", 24, 0), {}).get("output_check") == "pass",
+              f"serve: SDPA {name} with enable_gqa on decode and GQA prefill")
+        check("top left" in rows.get((name, "decode", 3, 0), {}).get("error", ""),
+              f"serve: SDPA {name} causal with Nq < Nk refused (its mask is aligned to the top left)")
+        check("variable-length" in rows.get((name, "varlen", 150, 0), {}).get("error", ""),
+              f"serve: SDPA {name} has no varlen row")
+        check(rows.get((name, "paged", 1, 16), {}).get("kv_layout") == "contiguous"
+              and rows[(name, "paged", 1, 16)].get("output_check") == "pass",
+              f"serve: SDPA {name} on a paged shape runs the contiguous K/V and says so")
+    row = rows.get(("ladder:28/split_kv", "varlen", 150, 0), {})
+    check(row.get("q_lens") == [1, 17, 150, 5] and row.get("kv_layout") == "packed"
+          and row.get("bytes") == (2 * 173 * 4 + 2 * 173 * 2) * 16 * 2 and row.get("checked_rows") == 1 + 17 + 128 + 5,
+          "serve varlen row: its lengths, packed, bytes; every row of a short sequence checked, 128 of a long one")
+    rows200 = peers.sampled_rows(200)
+    check(len(rows200) == 128 == len(set(rows200)) and rows200[:32] == list(range(32)) and rows200[-32:] == list(range(168, 200))
+          and rows.get(("fa4", "gqa", 200, 0), {}).get("checked_rows") == 128 and peers.sampled_rows(100) == list(range(100)),
+          "serve: a long prefill checks 128 sampled rows (the first and last 32, 64 between), a short one all")
+    check(rows.get(("fa4", "paged", 1, 16), {}).get("kv_layout") == "paged", "serve: FA4's paged row")
+    (tmp / "fake-serve-copy.json").write_text(json.dumps(data))
+    make_tables.DOCS = tmp
+    t = make_tables.render("servecheck fake-serve-copy.json kind=decode ids=28/split_kv,28/missing")
+    print(t)
+    check(t.startswith("decode: GB/s") and "| PyTorch cuDNN | PyTorch FA2 | FA4 | 28/split_kv | % of copy | × cuDNN | × FA4 |" in t
+          and "| 2 | 4 | 2 | 3 | 40 | 16 | causal | — | — |" in t and "| 1.00× | 1.00× | — | — | — | — |" in t,
+          "servecheck decode: GB/s, % of copy, ratios; SDPA's refused causal decode and a missing variant read —")
+    t = make_tables.render("servecheck fake-serve-copy.json kind=varlen ids=28/split_kv")
+    check(t.startswith("varlen: TFLOP/s") and "| 4 (4 seqs, 173 tokens) | 4 | 2 | varlen | varlen | 16 | causal |" in t
+          and "% of copy" not in t, "servecheck varlen: TFLOP/s, the batch's sequences and tokens")
+    t = make_tables.render("servecheck fake-serve-copy.json kind=paged ids=28/split_kv")
+    check("| page |" in t and "contiguous K/V" in t, "servecheck paged: the page column, SDPA's contiguous rows said so")
+
+    r, data, rows = run_fake_serve(tmp, "fake-serve-wrong", "sm90", "--ladder-lib", str(a),
+                                   "--ours", "26/head_mod,29/in_order", "--backends", "fa4")
+    check(r.returncode == 1 and "FAIL: ladder:26/head_mod" in r.stderr and "FAIL: ladder:29/in_order" in r.stderr,
+          "serve: a wrong GQA head mapping and a page walk without the block table FAIL, exit 1")
+    check(rows.get(("ladder:26/head_mod", "gqa", 24, 0), {}).get("output_check") == "FAIL"
+          and rows.get(("ladder:26/head_mod", "gqa", 200, 0), {}).get("output_check") == "FAIL"
+          and rows.get(("ladder:29/in_order", "paged", 1, 16), {}).get("output_check") == "FAIL"
+          and rows.get(("ladder:29/in_order", "decode", 1, 0), {}).get("output_check") == "pass",
+          "serve: ... on the shapes where the mistake matters only")
+    check("not supported on SM 9.0" in rows.get(("fa4", "paged", 1, 16), {}).get("error", "")
+          and data.get("complete") is True, "serve: FA4 refusing the page table (sm_90): its row says why")
+
+    if not capi or not os.path.isfile(capi):
+        print(f"skip ladder_attention_serving's refusals: libladder_capi.so not built ({capi})")
+        return
+    try:
+        libs = peers.LadderLibs([capi])
+    except OSError as e:
+        print(f"skip ladder_attention_serving's refusals: the library does not load here ({e})")
+        return
+    lens = (ctypes.c_int * 2)(3, 5)
+
+    def serving(vid, batch=2, heads=4, kv_heads=2, seqlen=1, kv_seqlen=128, q_lens=None, cu=None, page=0, table=None):
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call_serving("", vid, batch, heads, kv_heads, seqlen, kv_seqlen, 64, 0, 0, q_lens, None, cu, cu,
+                               page, table, *([None] * 6), err, 512)
+        return rc, err.value.decode()
+    for what, args, want in (
+            ("an unknown id", ("28/none",), "no attention variant 28/none"),
+            ("a backward id", ("98/cudnn",), "no attention variant 98/cudnn"),
+            ("varlen without cu_seqlens", ("99/cudnn",), None),
+            ("K/V heads that do not divide", ("99/cudnn",), "divide"),
+            ("cu_seqlens without lengths", ("99/cudnn",), "without q_lens"),
+            ("a page size without a block table", ("99/cudnn",), "block_table"),
+            ("a batch of 0", ("99/cudnn",), "must be positive")):
+        kw = {"varlen without cu_seqlens": dict(q_lens=lens), "K/V heads that do not divide": dict(kv_heads=3),
+              "cu_seqlens without lengths": dict(cu=1), "a page size without a block table": dict(page=64),
+              "a batch of 0": dict(batch=0)}.get(what, {})
+        rc, msg = serving(*args, **kw)
+        want = want or "needs the device cu_seqlens_q and cu_seqlens_k"
+        check(rc == 1 and want in msg, f"ladder_attention_serving, {what}: 1 and a message ({msg[:90]})")
+
 
 def peer_row(name, key, tflops=None, check_=None, rounds=None, error=None):
     b, h, n, d, c = key
@@ -398,6 +603,7 @@ def main():
         test_peers_args(tmp, capi)
         test_peers_main(tmp)
         test_peers_backward(tmp)
+        test_peers_serve(tmp, capi)
         test_tables(tmp)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0

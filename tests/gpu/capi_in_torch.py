@@ -14,6 +14,14 @@ likewise: from Q, K, V, dO, PyTorch's O and the log-sum-exp peers.py computes, d
 of PyTorch's own fp16/bf16 backward plus one unit in the last place of the largest gradient, on
 ragged shapes (N = 1, 77, 1000), eagerly and replayed from a CUDA graph.
 
+Part VI's entry point, ladder_attention_serving (--serving-variants, default the cuDNN peer and the
+main variants of steps 26-29), on one GQA decode shape (B=3 H=8 Hkv=2, 1 and 7 queries against
+4097 keys, causal aligned to the end, D=128) and one varlen batch (lengths 1, 17, 127, 128, 129,
+1000 packed with cu_seqlens, H=8 Hkv=2, causal and not, D=128), through peers.ladder_serving_call,
+checked against PyTorch's SDPA in fp32 (enable_gqa; the end-aligned mask given explicitly; the
+varlen batch one sequence at a time) with the same tolerance. A variant this build lacks, or one
+that does not serve the shape, is printed as a skip with its reason.
+
     python3 tests/gpu/capi_in_torch.py --lib build/gpu/lib/libladder_capi.so
 
 Exit 0: passed; 1: failed; 77: skipped (torch not importable, or no GPU). The checks run in a
@@ -101,7 +109,78 @@ def check_backward(torch, peers, f, variants, failures):
     return ran
 
 
-def child(lib, variants, backward_variants):
+def check_serving(torch, peers, f, variants, failures):
+    """ladder_attention_serving on a GQA decode and a varlen batch; returns how many checks ran."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    heads, kv_heads, d = 8, 2, 128
+    ran = 0
+
+    def attend(q, k, v, causal):  # [1 or B, H, Nq, D] against [., Hkv, Nk, D]; causal aligned to the end
+        nq, nk = q.shape[2], k.shape[2]
+        mask = None
+        if causal:
+            mask = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
+        return sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    for dtype in (torch.float16, torch.bfloat16):
+        ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+        problems = []
+        for nq, causal in ((1, False), (7, True)):  # decode: 3 sequences of 4097 keys
+            s = peers.serve_shape("decode", 3, heads, kv_heads, nq, 4097, d, causal)
+            q = torch.randn(3, heads, nq, d, dtype=dtype, device="cuda")
+            k, v = (torch.randn(3, kv_heads, 4097, d, dtype=dtype, device="cuda") for _ in range(2))
+            ref = attend(q.float(), k.float(), v.float(), causal)
+            low = attend(q, k, v, causal)
+            problems.append((s, q, k, v, {}, ref, low))
+        lens = [1, 17, 127, 128, 129, 1000]
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        for causal in (False, True):
+            s = peers.serve_shape("varlen", len(lens), heads, kv_heads, max(lens), max(lens), d, causal, lens)
+            q = torch.randn(cu[-1], heads, d, dtype=dtype, device="cuda")
+            k, v = (torch.randn(cu[-1], kv_heads, d, dtype=dtype, device="cuda") for _ in range(2))
+            per = lambda x, b: x[cu[b]:cu[b + 1]].transpose(0, 1)[None]  # noqa: E731  [1, H, n, D]
+            ref = torch.cat([attend(*(per(x, b).float() for x in (q, k, v)), causal)[0].transpose(0, 1)
+                             for b in range(len(lens))])
+            low = torch.cat([attend(*(per(x, b) for x in (q, k, v)), causal)[0].transpose(0, 1) for b in range(len(lens))])
+            cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+            problems.append((s, q, k, v, {"cu_q": cu_t, "cu_k": cu_t}, ref, low))
+        for s, q, k, v, extra, ref, low in problems:
+            torch_err = float((low.float() - ref).abs().max())
+            for variant in variants:
+                what = "%s %s" % (variant, peers.describe(s, str(dtype).split(".")[-1]))
+                call, o = peers.ladder_serving_call(f, "", variant, s, q, k, v, dtype == torch.bfloat16, **extra)
+                o.fill_(float("nan"))
+                try:
+                    call()
+                    torch.cuda.synchronize()
+                except RuntimeError as e:
+                    message = str(e)
+                    skip = any(x in message for x in ("does not run", "cuDNN has no engine", "no attention variant"))
+                    print(("SKIP  " if skip else "FAIL  ") + what + ": " + message[:400], flush=True)
+                    if not skip:
+                        failures.append(what)
+                    continue
+                for how in ("eager", "graph"):
+                    if how == "graph":
+                        o.fill_(float("nan"))
+                        replay, how = peers.as_graph(call)
+                        replay()
+                        torch.cuda.synchronize()
+                    finite = bool(torch.isfinite(o).all())
+                    err = float((o.float() - ref).abs().max()) if finite else float("nan")
+                    tol = 2 * torch_err + ulp * float(ref.abs().max())
+                    ok = finite and err <= tol
+                    ran += 1
+                    print("%s  %s (%s): max|O - SDPA fp32| = %.3g, tolerance %.3g (2 x PyTorch's %.3g + 1 ulp)"
+                          % ("ok  " if ok else "FAIL", what, how, err, tol, torch_err), flush=True)
+                    if not ok:
+                        failures.append(what + " " + how)
+    return ran
+
+
+def child(lib, variants, backward_variants, serving_variants):
     import torch  # first, as in peers.py
     peers = load_peers()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -172,6 +251,8 @@ def child(lib, variants, backward_variants):
             del q, k, v, ref
     if backward_variants:
         ran += check_backward(torch, peers, f, backward_variants, failures)
+    if serving_variants:
+        ran += check_serving(torch, peers, f, serving_variants, failures)
     if failures:
         print("FAILED: %d of the checks: %s" % (len(failures), "; ".join(failures)))
         return 1
@@ -209,12 +290,15 @@ def main():
     ap.add_argument("--lib", required=True, help="libladder_capi.so")
     ap.add_argument("--variants", default="99/cudnn,99/cudnn_lse," + STEP_VARIANT)
     ap.add_argument("--backward-variants", default="98/cudnn", help="backward variants (empty: none)")
+    ap.add_argument("--serving-variants", default="99/cudnn,26/group_order,28/split_kv,29/split_kv",
+                    help="variants for ladder_attention_serving (empty: none); those this build lacks are skipped")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     variants = [x for x in args.variants.split(",") if x]
     backward_variants = [x for x in args.backward_variants.split(",") if x]
+    serving_variants = [x for x in args.serving_variants.split(",") if x]
     if args.child:
-        return child(args.lib, variants, backward_variants)
+        return child(args.lib, variants, backward_variants, serving_variants)
 
     try:
         import torch
@@ -229,7 +313,7 @@ def main():
         return 1
     cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child",
            "--lib", os.path.abspath(args.lib), "--variants", ",".join(variants),
-           "--backward-variants", ",".join(backward_variants)]
+           "--backward-variants", ",".join(backward_variants), "--serving-variants", ",".join(serving_variants)]
     rc = subprocess.run(cmd).returncode
     if rc < 0:
         print("\nFAILED: the process that loaded %s died on %s" % (args.lib, signal.Signals(-rc).name))

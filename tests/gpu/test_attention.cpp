@@ -7,39 +7,11 @@
 #include "common/runner.hpp"
 #include "tests/catch.hpp"
 #include "tests/gpu/gpu_support.hpp"
+#include "tests/gpu/check_attention_run.hpp"
 
 using namespace ladder;
 
 namespace {
-
-// A row that ran must pass everything. A row may be skipped only when the variant's declared
-// constraints rule the problem out on this GPU: a variant that starts refusing shapes it claims
-// to support (too much shared memory, say) fails here instead of passing silently.
-void check_run(const ProblemRun& run, std::span<const VariantRef> variants,
-               const AttentionShape& shape) {
-  REQUIRE(run.rows.size() == variants.size());
-  for (std::size_t i = 0; i < run.rows.size(); ++i) {
-    const Row& r = run.rows[i];
-    INFO(r.id << " on " << run.shape << ": " << r.note);
-    if (r.status == Row::Status::Skipped) {
-      if (!r.duplicate_of.empty()) continue;  // the other variant's row checks this kernel
-      if (r.peer) continue;  // a library may decline a problem (LibraryRefusal), in its own words
-      CHECK(variants[i].variant().constraints.refuse(shape, testing::session().gpu.sm));
-      continue;
-    }
-    REQUIRE(r.status == Row::Status::Ok);
-    REQUIRE(r.error);
-    INFO(r.error->verdict() << " (rel L2 " << r.error->rel_l2 << ")");
-    CHECK(r.error->nonfinite == 0);
-    CHECK(r.error->pass);
-    if (r.lse_error) {
-      INFO("log-sum-exp: " << r.lse_error->verdict());
-      CHECK(r.lse_error->pass);
-    }
-    REQUIRE(r.rerun_identical);
-    if (r.deterministic) CHECK(*r.rerun_identical);  // no atomics, no races: same bits every time
-  }
-}
 
 constexpr int kSeqlens[] = {1, 17, 64, 113, 128, 1000, 1023, 2048};
 constexpr int kHeadDims[] = {64, 128};
@@ -60,7 +32,7 @@ TEST_CASE("attention: ragged grid, causal and not", "[gpu][attention]") {
       for (bool causal : {false, true})
         for (int n : kSeqlens) {
           const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d, .causal = causal};
-          check_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+          testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
                     variants, shape);
           REQUIRE_FALSE(testing::session().context_lost);
         }
@@ -87,7 +59,7 @@ TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu]
         for (int n : kSeqlens) {
           const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
                                      .causal = causal, .dtype = DType::BF16};
-          check_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+          testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
                     variants, shape);
           REQUIRE_FALSE(testing::session().context_lost);
         }
@@ -97,7 +69,7 @@ TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu]
   for (int d : kHeadDims) {
     const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
                                .causal = true, .dtype = DType::BF16};
-    check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+    testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
   }
 }
 
@@ -110,7 +82,7 @@ TEST_CASE("attention: large logits (Q×5, K×3)", "[gpu][attention]") {
   for (int d : kHeadDims)
     for (bool causal : {false, true}) {
       const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d, .causal = causal};
-      check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+      testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
     }
 }
 
@@ -120,7 +92,7 @@ TEST_CASE("attention: a different seed is checked too", "[gpu][attention]") {
   RunOptions options = testing::check_options();
   options.seed = 7;
   const AttentionShape shape{.batch = 3, .heads = 2, .seqlen = 333, .head_dim = 128, .causal = true};
-  check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+  testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
 }
 
 TEST_CASE("attention: B·H = 70000, more than grid.y takes", "[gpu][attention][batch_heads]") {
@@ -137,7 +109,7 @@ TEST_CASE("attention: B·H = 70000, more than grid.y takes", "[gpu][attention][b
     for (const auto& ref : testing::variants_of(Kind::Attention))
       if (!ref.variant().constraints.refuse(shape, sm)) variants.push_back(ref);
     if (variants.empty()) return;  // this ctest entry's step puts B·H on grid.y or grid.z
-    check_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+    testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
               variants, shape);
     REQUIRE_FALSE(testing::session().context_lost);
   }
@@ -169,12 +141,12 @@ TEST_CASE("attention: a large ragged problem, every row checked", "[gpu][large]"
   RunOptions options = testing::check_options();
   const AttentionShape shape{.batch = 6, .heads = 9, .seqlen = 4224, .head_dim = 64, .causal = false};
   REQUIRE(shape.rows() <= options.max_reference_rows);  // every row, no sample
-  check_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+  testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
   // And in bf16, for the variants that run it (D = 128, causal: the other corner of the grid).
   if (const auto bf16 = bf16_variants(); !bf16.empty()) {
     const AttentionShape b{.batch = 2, .heads = 9, .seqlen = 4224, .head_dim = 128, .causal = true,
                            .dtype = DType::BF16};
-    check_run(run_attention(testing::session(), b, bf16, options), bf16, b);
+    testing::check_attention_run(run_attention(testing::session(), b, bf16, options), bf16, b);
   }
 }
 

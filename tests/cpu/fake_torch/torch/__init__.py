@@ -4,7 +4,10 @@ graphs capture nothing (a replay does no work). tests/cpu/test_scripts.py puts t
 sys.path; never on a GPU machine's path.
 
 For the backward (scripts/peers.py --pass bwd): a tensor made by the stand-in attention from inputs
-that require gradients carries its exact backward (numpy), which torch.autograd.grad calls."""
+that require gradients carries its exact backward (numpy), which torch.autograd.grad calls.
+
+For --pass serve: reshape/permute, indexing by an index tensor (the page pools), softmax, int32
+tensors (cu_seqlens, block tables; held as float32 like the rest, exact below 2^24)."""
 import contextlib
 
 import numpy as np
@@ -20,7 +23,7 @@ class _DType:
         return "torch." + self.name
 
 
-float16, bfloat16, float32 = _DType("float16"), _DType("bfloat16"), _DType("float32")
+float16, bfloat16, float32, int32, int64 = (_DType(n) for n in ("float16", "bfloat16", "float32", "int32", "int64"))
 _rng = np.random.default_rng(0)
 
 
@@ -78,10 +81,22 @@ class Tensor:
         return self
 
     def __getitem__(self, index):
-        return Tensor(self.a[index], self.dtype)
+        return Tensor(self.a[_index(index)], self.dtype)
 
     def __setitem__(self, index, value):
-        self.a[index] = value.a if isinstance(value, Tensor) else value
+        self.a[_index(index)] = value.a if isinstance(value, Tensor) else value
+
+    def reshape(self, *shape):
+        return Tensor(self.a.reshape(*shape), self.dtype)
+
+    def permute(self, *dims):
+        return Tensor(np.transpose(self.a, dims), self.dtype)
+
+    def to(self, dtype):
+        return Tensor(self.a, dtype)
+
+    def __add__(self, x):
+        return Tensor(self.a + (x.a if isinstance(x, Tensor) else x), self.dtype)
 
     def __mul__(self, x):
         return Tensor(self.a * (x.a if isinstance(x, Tensor) else x), self.dtype)
@@ -91,6 +106,15 @@ class Tensor:
 
     def masked_fill(self, mask, value):
         return Tensor(np.where(mask.a, np.float32(value), self.a), self.dtype)
+
+
+def _index(index):
+    """An index tensor (torch's advanced indexing) as numpy's integer array."""
+    if isinstance(index, Tensor):
+        return index.a.astype(np.int64)
+    if isinstance(index, tuple):
+        return tuple(_index(i) for i in index)
+    return index
 
 
 def manual_seed(seed):
@@ -105,6 +129,27 @@ def randn(*shape, dtype=float32, device=None):
 
 def empty(*shape, dtype=float32, device=None):
     return Tensor(np.zeros(shape), dtype)
+
+
+def zeros(*shape, dtype=float32, device=None):
+    return Tensor(np.zeros(shape), dtype)
+
+
+def full(shape, value, dtype=float32, device=None):
+    return Tensor(np.full(shape, value), dtype)
+
+
+def tensor(values, dtype=float32, device=None):
+    return Tensor(np.array(values), dtype)
+
+
+def randperm(n, device=None):
+    return Tensor(_rng.permutation(n), int32)
+
+
+def softmax(t, dim):
+    e = np.exp(t.a - t.a.max(axis=dim, keepdims=True))
+    return Tensor(e / e.sum(axis=dim, keepdims=True), t.dtype)
 
 
 def empty_like(t):

@@ -1,11 +1,14 @@
 """A stand-in for FlashAttention-4's flash_attn_func ([B, N, H, D] in and out, returns (out, lse)),
 with its backward (the output carries it, as the stand-in torch's attention does).
 FAKE_FA4=wrong reads its inputs as [B, H, N, D] (the layout mistake the output check must catch);
-FAKE_FA4=missing makes the import fail."""
+FAKE_FA4=missing makes the import fail. flash_attn_varlen_func: the packed batch (cu_seqlens) and
+the paged cache (page_table into pools [num_pages, page_size, Hkv, D], seqused_k), causal aligned to
+the end as FlashAttention's; FAKE_FA4=sm90 refuses the page table as FA4 does on sm_90."""
 import os
 
 import numpy as np
 
+import torch
 import torch.nn.functional as F
 
 if os.environ.get("FAKE_FA4") == "missing":
@@ -16,5 +19,26 @@ def flash_attn_func(q, k, v, causal=False):
     if os.environ.get("FAKE_FA4") == "wrong":
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
     t = lambda a: np.ascontiguousarray(np.swapaxes(a, 1, 2))  # noqa: E731  [B, N, H, D] <-> [B, H, N, D]
-    o, backward = F.attention(t(q.a), t(k.a), t(v.a), causal)
+    o, backward = F.attention(t(q.a), t(k.a), t(v.a), causal, end_aligned=True)
     return F.with_backward(t(o), (q, k, v), lambda d_o: tuple(t(g) for g in backward(t(d_o))), q.dtype), None
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                           seqused_q=None, seqused_k=None, page_table=None, causal=False):
+    t = lambda a: np.swapaxes(a, -3, -2)  # noqa: E731  [.., N, H, D] <-> [.., H, N, D]
+    one = lambda qa, ka, va: t(F.attention(t(qa)[None], t(ka)[None], t(va)[None], causal, end_aligned=True)[0][0])  # noqa: E731
+    if page_table is not None:
+        if os.environ.get("FAKE_FA4") == "sm90":
+            raise AssertionError("paged KV not supported on SM 9.0")
+        assert cu_seqlens_k is None, "page_table is not supported with cu_seqlens_k"
+        pages, used = page_table.a.astype(int), seqused_k.a.astype(int)
+        out = np.zeros(q.shape)
+        for b in range(q.shape[0]):
+            rows = lambda pool: pool.a[pages[b]].reshape(-1, *pool.shape[2:])[:used[b]]  # noqa: E731
+            out[b] = one(q.a[b], rows(k), rows(v))
+        return torch.Tensor(out, q.dtype), None
+    cq, ck = cu_seqlens_q.a.astype(int), cu_seqlens_k.a.astype(int)
+    out = np.zeros(q.shape)
+    for b in range(len(cq) - 1):
+        out[cq[b]:cq[b + 1]] = one(q.a[cq[b]:cq[b + 1]], k.a[ck[b]:ck[b + 1]], v.a[ck[b]:ck[b + 1]])
+    return torch.Tensor(out, q.dtype), None

@@ -1,0 +1,138 @@
+// Part VI: every variant that declares GQA, decode, a variable-length batch or a paged K/V cache
+// (Variant::serves) against the fp64 reference on a grid of ragged shapes of that property.
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "common/runner.hpp"
+#include "tests/catch.hpp"
+#include "tests/gpu/check_attention_run.hpp"
+#include "tests/gpu/gpu_support.hpp"
+
+using namespace ladder;
+
+namespace {
+
+// The variants of the step under test that handle every property in `needed` (Feature bits).
+std::vector<VariantRef> serving(unsigned needed) {
+  std::vector<VariantRef> out;
+  for (const auto& ref : testing::variants_of(Kind::Attention))
+    if ((ref.variant().constraints.features & needed) == needed) out.push_back(ref);
+  return out;
+}
+
+bool runs_bf16(const VariantRef& ref) {
+  const auto& types = ref.variant().constraints.dtypes;
+  return std::find(types.begin(), types.end(), DType::BF16) != types.end();
+}
+
+// Runs `shape` in fp16 and, for the variants that declare it, in bf16.
+void check_both_types(const std::vector<VariantRef>& variants, AttentionShape shape,
+                      const RunOptions& options = testing::check_options()) {
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    shape.dtype = dtype;
+    std::vector<VariantRef> these;
+    for (const auto& ref : variants)
+      if (dtype == DType::F16 || runs_bf16(ref)) these.push_back(ref);
+    if (these.empty()) continue;
+    testing::check_attention_run(run_attention(testing::session(), shape, these, options), these, shape);
+    REQUIRE_FALSE(testing::session().context_lost);
+  }
+}
+
+constexpr int kHeadDims[] = {64, 128};
+constexpr unsigned kGqa = unsigned(Feature::Gqa), kDecode = unsigned(Feature::Decode),
+                   kVarlen = unsigned(Feature::Varlen), kPaged = unsigned(Feature::Paged);
+
+}  // namespace
+
+TEST_CASE("GQA: group sizes 1, 4 and 8 on a ragged grid", "[gpu][serving][gqa]") {
+  const auto variants = serving(kGqa);
+  if (variants.empty()) return;
+  for (int kv_heads : {8, 2, 1})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true})
+        for (int n : {1, 17, 128, 129, 1000}) {
+          const AttentionShape shape{.batch = 2, .heads = 8, .seqlen = n, .head_dim = d,
+                                     .causal = causal, .kv_heads = kv_heads};
+          check_both_types(variants, shape);
+        }
+}
+
+TEST_CASE("decode: 1, 7 and 16 queries against caches of 1 to 4097 keys", "[gpu][serving][decode]") {
+  const auto variants = serving(kDecode);
+  if (variants.empty()) return;
+  for (int kv_heads : {8, 2})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true})
+        for (int nq : {1, 7, 16})
+          for (int nk : {1, 17, 128, 4097}) {
+            if (causal && nq > nk) continue;  // aligned to the end, the first queries see no key
+            AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
+                                 .causal = causal, .kv_heads = kv_heads, .kv_seqlen = nk};
+            std::vector<VariantRef> these;  // a decode variant without GQA runs group 1 only
+            for (const auto& ref : variants)
+              if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
+            if (!these.empty()) check_both_types(these, shape);
+          }
+}
+
+TEST_CASE("decode: large logits and a second seed", "[gpu][serving][decode]") {
+  const auto variants = serving(kDecode);
+  if (variants.empty()) return;
+  RunOptions options = testing::check_options();
+  options.q_scale = 5.0f;
+  options.k_scale = 3.0f;
+  for (bool causal : {false, true}) {
+    const AttentionShape shape{.batch = 2, .heads = 4, .seqlen = 7, .head_dim = 128,
+                               .causal = causal, .kv_heads = 4, .kv_seqlen = 3001};
+    check_both_types(variants, shape, options);
+  }
+  options = testing::check_options();
+  options.seed = 7;
+  check_both_types(variants, {.batch = 5, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
+                              .kv_seqlen = 20000}, options);
+}
+
+TEST_CASE("varlen: a packed batch of ragged lengths", "[gpu][serving][varlen]") {
+  const auto variants = serving(kVarlen);
+  if (variants.empty()) return;
+  // Every tile edge of every step: 1, one short of a tile, a tile, one past; shuffled, seeded.
+  std::vector<int> lens = {1, 17, 127, 128, 129, 1000, 64, 1, 255, 2049};
+  std::shuffle(lens.begin(), lens.end(), std::mt19937_64(20261201));
+  for (int kv_heads : {4, 1})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true}) {
+        AttentionShape shape{.batch = int(lens.size()), .heads = 4,
+                             .seqlen = *std::max_element(lens.begin(), lens.end()), .head_dim = d,
+                             .causal = causal, .kv_heads = kv_heads, .q_lens = lens};
+        std::vector<VariantRef> these;
+        for (const auto& ref : variants)
+          if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
+        if (these.empty()) continue;
+        check_both_types(these, shape);
+      }
+  // One sequence alone, of one token: the smallest batch there is.
+  check_both_types(variants, {.batch = 1, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
+                              .q_lens = {1}});
+}
+
+TEST_CASE("paged: pages of 16, 64 and 256 rows, scattered", "[gpu][serving][paged]") {
+  const auto variants = serving(kPaged);
+  if (variants.empty()) return;
+  for (int page : {16, 64, 256})
+    for (int d : kHeadDims)
+      for (bool causal : {false, true})
+        for (int nq : {1, 7})
+          for (int nk : {17, 300, 4097}) {
+            const AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
+                                       .causal = causal, .kv_heads = 2, .kv_seqlen = nk,
+                                       .page_size = page};
+            std::vector<VariantRef> these;
+            for (const auto& ref : variants)
+              if ((ref.variant().constraints.features & (kGqa | kDecode)) == (kGqa | kDecode))
+                these.push_back(ref);
+            if (these.empty()) continue;
+            check_both_types(these, shape);
+          }
+}
