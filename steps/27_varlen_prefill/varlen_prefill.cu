@@ -96,6 +96,7 @@ __device__ __forceinline__ Span span_of(const hopper::VarlenTile& w, int n) {
   return s;
 }
 
+#if LADDER_SM90A  // only the sm_90a kernel body uses it (elsewhere the kernel is a trapping stub)
 // A sequence's place in the packed tensors, from cu_seqlens.
 struct Sequence {
   int q0, n_q;  // first query token, queries
@@ -106,6 +107,7 @@ __device__ __forceinline__ Sequence sequence_of(const hopper::VarlenTile& w, con
   const int k0 = cu_k[w.b];
   return {q0, cu_q[w.b + 1] - q0, k0, cu_k[w.b + 1] - k0};
 }
+#endif
 
 // ---- The kernel -------------------------------------------------------------------------------
 // grid: min(tiles, SMs), one CTA per SM; 1 producer + 2 consumer warpgroups.
