@@ -19,10 +19,13 @@ records   a ladder file gives one record per row, with its run's shape, kind and
           A text file (.txt, .csv, .md): `grep=REGEX` (no spaces; \\s for one), every match's
           first group is a value.
 KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives (a,b) or end in
-          * (a prefix). Booleans are 0/1. dtype defaults to fp16 where a record has none.
+          * (a prefix); "-" keeps those without the key (a Part VI property that is off:
+          kv_heads=-). Booleans are 0/1. dtype defaults to fp16 where a record has none.
 FIELD     the number to take (dotted path).
 vs:K=V    a ratio: each selected record's FIELD divided by FIELD of the record of the same
-          problem (batch, heads, seqlen, head_dim, causal, dtype) that matches all the vs: filters.
+          problem (batch, heads, seqlen, head_dim, causal, dtype, and the Part VI properties
+          kv_heads, kv_seqlen, page_size, q_lens unless a vs: filter names one) that matches all
+          the vs: filters.
 scale=S   multiply every value by S (e.g. 100 for a fraction quoted as a percentage);
 pct       the value as a percentage change, 100·(v − 1) (with vs: "+17%").
 abs       the absolute value (with pct: "differ by up to 17%" for ratios either side of 1).
@@ -48,6 +51,9 @@ MARKER = re.compile(r"<!-- figure: (.*?) -->")
 NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
 FIGURE = re.compile(r"\s*(?:\*\*)?\s*(" + NUMBER + r")(?:\s*(?:–|-|to)\s*(" + NUMBER + r"))?")
 PROBLEM_KEYS = ("batch", "heads", "seqlen", "head_dim", "causal", "dtype")
+# Part VI's properties (present only where they are on) are part of a problem too, unless a vs:
+# filter names one: "vs:id=20/persistent kv_heads=-" compares a GQA row with the dense problem.
+SERVING_KEYS = ("kv_heads", "kv_seqlen", "page_size", "q_lens")
 
 
 def flatten_records(doc):
@@ -88,6 +94,8 @@ def lookup(rec, path):
 
 def matches(rec, key, want):
     got = lookup(rec, key)
+    if want == "-":  # the key is absent: a Part VI property that is off
+        return not got
     if not got:
         return False
     for alt in want.split(","):
@@ -161,12 +169,14 @@ def values(spec, docs):
     for r in chosen:
         vs = [v for v in lookup(r, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if spec["vs"]:
-            key = tuple(r.get(k) for k in PROBLEM_KEYS)
-            partners = [p for p in recs if tuple(p.get(k) for k in PROBLEM_KEYS) == key
+            named = {k for k, _ in spec["vs"]}
+            keys = PROBLEM_KEYS + tuple(k for k in SERVING_KEYS if k not in named)
+            key = tuple(str(r.get(k)) for k in keys)
+            partners = [p for p in recs if tuple(str(p.get(k)) for k in keys) == key
                         and all(matches(p, k, v) for k, v in spec["vs"])]
             if len(partners) != 1:
                 raise ValueError(f"{len(partners)} records match the vs: filters for "
-                                 f"{dict(zip(PROBLEM_KEYS, key))} (need exactly one)")
+                                 f"{dict(zip(keys, key))} (need exactly one)")
             den = [v for v in lookup(partners[0], spec["field"]) if isinstance(v, (int, float))]
             vs = [v / den[0] for v in vs] if den else []
         out += vs

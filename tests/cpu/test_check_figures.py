@@ -36,6 +36,15 @@ with tempfile.TemporaryDirectory() as tmp:
            "runs": [run(False, [{"id": "20/a", "tflops": 440.849}, {"id": "99/cudnn", "tflops": 457.91}]),
                     run(True, [{"id": "20/a", "tflops": 366.6}, {"id": "99/cudnn", "tflops": 377.3}])]}
     (docs / "r.json").write_text(json.dumps(doc))
+    # Part VI: a dense and a GQA problem of the same sizes, and a paged one beside a contiguous one.
+    srun = lambda extra, rows: {"kind": "attention", "shape": {"batch": 1, "heads": 8, "seqlen": 1,
+                                                               "head_dim": 128, "causal": False, **extra},
+                                "rows": rows}
+    (docs / "s.json").write_text(json.dumps({"runs": [
+        srun({}, [{"id": "20/p", "gbps": 100.0}, {"id": "26/g", "gbps": 101.0}]),
+        srun({"kv_heads": 2}, [{"id": "26/g", "gbps": 200.0}, {"id": "99/c", "gbps": 160.0}]),
+        srun({"kv_heads": 2, "page_size": 64}, [{"id": "29/p", "gbps": 190.0}, {"id": "99/c", "gbps": 150.0}]),
+    ]}))
     (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
     m = lambda spec: f"<!-- figure: {spec} -->"
     one = m("r.json id=20/a causal=0 tflops")
@@ -64,6 +73,13 @@ with tempfile.TemporaryDirectory() as tmp:
         (False, "no such row", m("r.json id=21/b tflops") + "441"),
         (False, "no figure after the marker", one + "about 441"),
         (True, "in a table cell", "| x | " + one + "441 |"),
+        (True, "serving: same problem includes kv_heads", m("s.json id=26/g kv_heads=2 gbps vs:id=99/c") + "1.25×"),
+        (True, "serving: '-' selects the property off", m("s.json id=26/g kv_heads=- gbps") + "101"),
+        (True, "serving: vs across a property", m("s.json id=26/g kv_heads=2 gbps vs:id=20/p vs:kv_heads=-") + "2.00×"),
+        (True, "serving: paged vs contiguous", m("s.json id=29/p gbps vs:id=26/g vs:page_size=-") + "0.95×"),
+        (False, "serving: paged vs contiguous, wrong", m("s.json id=29/p gbps vs:id=26/g vs:page_size=-") + "0.85×"),
+        (False, "serving: two partners without the filter",
+         m("s.json id=26/g kv_heads=2 gbps vs:id=20/p vs:kv_heads=2,-") + "2.00×"),
         (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
     ]
     for ok, what, text in cases:
