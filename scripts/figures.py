@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draws Part IV's and Part V's explanatory figures into docs/img/ (the measured plots are scripts/plot's).
+"""Draws the explanatory figures of Parts IV-VI into docs/img/, and two measured ones (part3-NN, part6-decode-measured;
+the other measured plots are scripts/plot's).
 
   scripts/figures.py              # all figures
   scripts/figures.py --out DIR    # somewhere else
@@ -37,6 +38,10 @@
                           of the GPU's CTA slots each fills: a model of occupancy, not a measurement.
   part6-paged.png         step 29's address map: a block table, the pool's pages, and the 16-key
                           warp tiles inside them (schematic).
+  part6-decode-measured.png  steps 28 and 29 at Part VI's four decode shapes (bf16, Nq = 1, D = 128):
+                          GB/s of 28/split_kv, 29/split_kv at page size 64, cuDNN (99/cudnn) and the
+                          device-to-device copy timed in the same process, and one_cta_per_head at
+                          B = 1 (results/h200/2026-12-01-p6r0-serving-decode-b*.json: measured).
 
 The schedules are computed from the kernels' own formulas (the `tile_index` / `decode` of
 common/device/hopper/tile_scheduler.cuh, and the weight model of scripts/tile_model.py:
@@ -606,6 +611,52 @@ def fig_paged(out):
     plt.close(fig)
 
 
+DECODE_MEASURED = "docs/results/h200/2026-12-01-p6r0-serving-decode-b{}.json"
+
+
+def fig_decode_measured(out):
+    """Measured: the ladder's process, one file per decode shape (contiguous and paged problems)."""
+    import json
+    bars = [("28/split_kv", None, BLUE, "28/split_kv (contiguous)"),
+            ("29/split_kv", 64, ORANGE, "29/split_kv (page 64)"),
+            ("99/cudnn", None, GREY, "cuDNN (99/cudnn, contiguous)"),
+            ("copy", None, "#dddddd", "device copy (read + write)")]
+    shapes, vals, one_cta = [], {label: [] for *_, label in bars}, []
+    for b, hq, hkv, nk in DECODE_SHAPES:
+        data = json.loads((ROOT / DECODE_MEASURED.format(b)).read_text())
+        rows = {}
+        for run in data["runs"]:
+            for row in run["rows"]:
+                if "gbps" in row:
+                    rows[(row["id"], run["shape"].get("page_size"))] = row["gbps"]
+        shapes.append(f"B={b} Hq={hq} Hkv={hkv}\nNk={nk}")
+        for rid, page, _, label in bars:
+            vals[label].append(rows[(rid, page)])
+        one_cta.append(rows[("28/one_cta_per_head", None)] if b == 1 else None)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.17
+    for k, (rid, page, color, label) in enumerate(bars):
+        xs = [i + (k - 1.5) * width for i in range(len(shapes))]
+        ax.bar(xs, [v / 1000 for v in vals[label]], width, color=color, edgecolor="black", lw=0.4, label=label)
+        for x, v in zip(xs, vals[label]):
+            ax.text(x, v / 1000 + 0.05, f"{v / 1000:.2f}", ha="center", fontsize=6.5, rotation=90)
+    i = next(j for j, v in enumerate(one_cta) if v is not None)
+    x = i - 2.5 * width
+    ax.bar([x], [one_cta[i] / 1000], width, color=RED, edgecolor="black", lw=0.4,
+           label="28/one_cta_per_head (8 CTAs, B = 1 only)")
+    ax.text(x, one_cta[i] / 1000 + 0.05, f"{one_cta[i] / 1000:.2f}", ha="center", fontsize=6.5, rotation=90)
+    ax.set_xticks(range(len(shapes)))
+    ax.set_xticklabels(shapes, fontsize=8)
+    ax.set_ylim(0, 5.6)
+    ax.set_ylabel("TB/s (Q, K, V, O counted once; the copy: read + write)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", ncol=3)
+    ax.set_title("Decode on the H200, bf16, Nq = 1, D = 128: one process per shape (ladder --steps 28,29), "
+                 "L2 flushed; measured\n(docs/results/h200/2026-12-01-p6r0-serving-decode-b*.json)", fontsize=8.5)
+    fig.tight_layout()
+    fig.savefig(out / "part6-decode-measured.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -623,10 +674,11 @@ def main():
     fig_backward_schedule(out)
     fig_split_kv(out)
     fig_paged(out)
+    fig_decode_measured(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
     print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
-          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png to {out}")
+          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png, part6-decode-measured.png to {out}")
 
 
 if __name__ == "__main__":
