@@ -24,8 +24,9 @@ KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives 
 FIELD     the number to take (dotted path).
 vs:K=V    a ratio: each selected record's FIELD divided by FIELD of the record of the same
           problem (batch, heads, seqlen, head_dim, causal, dtype, and the Part VI properties
-          kv_heads, kv_seqlen, page_size, q_lens unless a vs: filter names one) that matches all
-          the vs: filters.
+          kv_heads, kv_seqlen, page_size, q_lens; a key that a vs: filter names is left out) that
+          matches all the vs: filters: "vs:batch=6 vs:seqlen=8192 vs:q_lens=-" compares a varlen
+          batch with a dense problem of other sizes.
 scale=S   multiply every value by S (e.g. 100 for a fraction quoted as a percentage);
 pct       the value as a percentage change, 100·(v − 1) (with vs: "+17%").
 abs       the absolute value (with pct: "differ by up to 17%" for ratios either side of 1).
@@ -51,8 +52,9 @@ MARKER = re.compile(r"<!-- figure: (.*?) -->")
 NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
 FIGURE = re.compile(r"\s*(?:\*\*)?\s*(" + NUMBER + r")(?:\s*(?:–|-|to)\s*(" + NUMBER + r"))?")
 PROBLEM_KEYS = ("batch", "heads", "seqlen", "head_dim", "causal", "dtype")
-# Part VI's properties (present only where they are on) are part of a problem too, unless a vs:
-# filter names one: "vs:id=20/persistent kv_heads=-" compares a GQA row with the dense problem.
+# Part VI's properties (present only where they are on) are part of a problem too. A key that a vs:
+# filter names is left out of the identity: "vs:id=20/persistent vs:kv_heads=-" compares a GQA row
+# with the dense problem, "vs:batch=6 vs:seqlen=8192 vs:q_lens=-" a varlen batch with a dense one.
 SERVING_KEYS = ("kv_heads", "kv_seqlen", "page_size", "q_lens")
 
 
@@ -170,7 +172,7 @@ def values(spec, docs):
         vs = [v for v in lookup(r, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if spec["vs"]:
             named = {k for k, _ in spec["vs"]}
-            keys = PROBLEM_KEYS + tuple(k for k in SERVING_KEYS if k not in named)
+            keys = tuple(k for k in PROBLEM_KEYS + SERVING_KEYS if k not in named)
             key = tuple(str(r.get(k)) for k in keys)
             partners = [p for p in recs if tuple(str(p.get(k)) for k in keys) == key
                         and all(matches(p, k, v) for k, v in spec["vs"])]
