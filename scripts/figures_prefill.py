@@ -7,15 +7,20 @@
   part6-varlen-lpt.png    step 27: the work each of 132 CTAs gets from the varlen tile list of a
                           batch with lengths drawn from 1..8192, longest first against the batch's
                           order, causal and not; and the tiles a padded batch would cost
+  part6-prefill-measured.png  MEASURED (H200, round p6r1, the ladder's process): TFLOP/s of GQA
+                          against the dense problem (step 26) and of the packed varlen batch against
+                          the dense B=6 N=8192 one (step 27), per mask, read from
+                          docs/results/h200/2026-12-01-p6r1-serving-{gqa,varlen}.json
 
 The orders mirror common/device/hopper/tile_scheduler.cuh (StaticSchedule::decode, GroupWalk) and
 common/device/hopper/varlen_scheduler.cuh (make_varlen_plan, VarlenPlan::decode, the snake rows);
-the work model is scripts/figures.py's (a tile costs its K/V blocks plus half a block). Model
-only: the measured times are in the chapters. matplotlib is needed (CI never runs this script).
+the work model is scripts/figures.py's (a tile costs its K/V blocks plus half a block). The first
+two are models; the third plots measured rows of committed results files and nothing else. matplotlib is needed (CI never runs this script).
 
   scripts/figures_prefill.py [--out docs/img]
 """
 import argparse
+import json
 import pathlib
 import random
 
@@ -142,6 +147,81 @@ def fig_varlen_lpt(out):
     plt.close(fig)
 
 
+# ---- measured: steps 26 and 27 beside the dense top kernels ----------------------------------------
+MEASURED = {"gqa": "results/h200/2026-12-01-p6r1-serving-gqa.json",
+            "varlen": "results/h200/2026-12-01-p6r1-serving-varlen.json"}
+
+
+def measured_rows(name):
+    """{(id, kv_heads or 0, varlen?, seqlen, causal): TFLOP/s} of one results file's measured rows."""
+    data = json.loads((ROOT / "docs" / MEASURED[name]).read_text())
+    out = {}
+    for run in data["runs"]:
+        s = run["shape"]
+        for r in run["rows"]:
+            if r.get("status") == "ok" and r.get("tflops"):
+                out[(r["id"], s.get("kv_heads", 0), bool(s.get("q_lens")), s["seqlen"], bool(s["causal"]))] = r["tflops"]
+    return out, data["provenance"]
+
+
+def bars(ax, groups, series, title):
+    """groups: [label]; series: [(label, colour, [value or None per group])]."""
+    width = 0.8 / len(series)
+    for k, (label, color, vals) in enumerate(series):
+        xs = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar([x for x, v in zip(xs, vals) if v], [v for v in vals if v], width, color=color, label=label)
+        for x, v in zip(xs, vals):
+            if v:
+                ax.text(x, v + 4, f"{v:.0f}", ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=7.5)
+    ax.set_ylabel("TFLOP/s (bf16, D=128)", fontsize=8)
+    ax.set_ylim(0, 720)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+
+
+def fig_prefill_measured(out):
+    gqa, prov = measured_rows("gqa")
+    var, _ = measured_rows("varlen")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
+    shapes = [(n, c) for c in (False, True) for n in (4096, 8192)]
+    groups = [f"{'causal' if c else 'no mask'}\nN={n}" for n, c in shapes]
+    bars(axes[0], groups, [
+        ("dense: 21/snake (no mask: = 20/persistent)", "#bbbbbb",
+         [gqa.get(("21/snake" if c else "20/persistent", 0, False, n, c)) for n, c in shapes]),
+        ("dense: 21/dynamic (causal)", "#7f7f7f", [gqa.get(("21/dynamic", 0, False, n, c)) for n, c in shapes]),
+        ("GQA Hkv=8: 26/group_order", "#1f77b4", [gqa.get(("26/group_order", 8, False, n, c)) for n, c in shapes]),
+        ("GQA Hkv=8: 26/head_major", "#aec7e8", [gqa.get(("26/head_major", 8, False, n, c)) for n, c in shapes]),
+        ("GQA Hkv=8: 99/cudnn", "#ff7f0e", [gqa.get(("99/cudnn", 8, False, n, c)) for n, c in shapes]),
+    ], "step 26: B=4 Hq=32 (dense: Hkv=32), same FLOPs")
+    masks = [False, True]
+    groups = ["no mask", "causal"]
+
+    def dense(i, hkv, c):
+        return var.get((i, hkv, False, 8192, c))
+
+    def packed(i, hkv, c):
+        return next((v for (j, h, vl, _, cc), v in var.items() if j == i and h == hkv and vl and cc == c), None)
+    bars(axes[1], groups, [
+        ("dense B=6 N=8192: 21/snake (no mask: = 20/persistent)", "#bbbbbb",
+         [dense("21/snake" if c else "20/persistent", 0, c) for c in masks]),
+        ("dense B=6 N=8192: 21/dynamic (causal)", "#7f7f7f", [dense("21/dynamic", 0, c) for c in masks]),
+        ("varlen: 27/longest_first", "#2ca02c", [packed("27/longest_first", 0, c) for c in masks]),
+        ("varlen: 27/in_order", "#98df8a", [packed("27/in_order", 0, c) for c in masks]),
+        ("dense Hkv=4: 26/group_order", "#1f77b4", [dense("26/group_order", 4, c) for c in masks]),
+        ("varlen Hkv=4: 27/longest_first", "#006400", [packed("27/longest_first", 4, c) for c in masks]),
+        ("varlen Hkv=4: 27/in_order", "#c5e0b4", [packed("27/in_order", 4, c) for c in masks]),
+    ], "step 27: H=16, 24 lengths from 1..8192 (seed 1, 79,632 tokens)\nagainst the dense B=6 N=8192 (49,152 tokens)")
+    g = prov["gpu"]
+    fig.suptitle(f"Measured on an {g['name']} (commit {prov['git_commit']}, {prov['date'][:10]}, the ladder's process): "
+                 f"{MEASURED['gqa'].split('/')[-1]}, {MEASURED['varlen'].split('/')[-1]}", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(out / "part6-prefill-measured.png", dpi=100)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -149,7 +229,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     fig_gqa_order(out)
     fig_varlen_lpt(out)
-    print(f"wrote part6-gqa-order.png, part6-varlen-lpt.png to {out}")
+    fig_prefill_measured(out)
+    print(f"wrote part6-gqa-order.png, part6-varlen-lpt.png, part6-prefill-measured.png to {out}")
 
 
 if __name__ == "__main__":

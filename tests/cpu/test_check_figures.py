@@ -44,6 +44,9 @@ with tempfile.TemporaryDirectory() as tmp:
         srun({}, [{"id": "20/p", "gbps": 100.0}, {"id": "26/g", "gbps": 101.0}]),
         srun({"kv_heads": 2}, [{"id": "26/g", "gbps": 200.0}, {"id": "99/c", "gbps": 160.0}]),
         srun({"kv_heads": 2, "page_size": 64}, [{"id": "29/p", "gbps": 190.0}, {"id": "99/c", "gbps": 150.0}]),
+        srun({"q_lens": [3, 5]}, [{"id": "27/v", "gbps": 90.0}]),
+        {"kind": "attention", "shape": {"batch": 6, "heads": 8, "seqlen": 4, "head_dim": 128, "causal": False},
+         "rows": [{"id": "20/p", "gbps": 120.0}]},
     ]}))
     (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
     m = lambda spec: f"<!-- figure: {spec} -->"
@@ -78,6 +81,12 @@ with tempfile.TemporaryDirectory() as tmp:
         (True, "serving: vs across a property", m("s.json id=26/g kv_heads=2 gbps vs:id=20/p vs:kv_heads=-") + "2.00×"),
         (True, "serving: paged vs contiguous", m("s.json id=29/p gbps vs:id=26/g vs:page_size=-") + "0.95×"),
         (False, "serving: paged vs contiguous, wrong", m("s.json id=29/p gbps vs:id=26/g vs:page_size=-") + "0.85×"),
+        (True, "serving: varlen vs a dense problem of other sizes",
+         m("s.json id=27/v gbps vs:id=20/p vs:batch=6 vs:seqlen=4 vs:q_lens=-") + "0.75×"),
+        (False, "serving: varlen vs a dense problem of other sizes, wrong",
+         m("s.json id=27/v gbps vs:id=20/p vs:batch=6 vs:seqlen=4 vs:q_lens=-") + "0.90×"),
+        (True, "serving: varlen vs dense, the sizes not named: the dense problem of the same sizes",
+         m("s.json id=27/v gbps vs:id=20/p vs:q_lens=-") + "0.90×"),
         (False, "serving: two partners without the filter",
          m("s.json id=26/g kv_heads=2 gbps vs:id=20/p vs:kv_heads=2,-") + "2.00×"),
         (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
