@@ -7,7 +7,7 @@ from the named file and fails if the prose differs beyond the rounding it is wri
 
     ... runs at <!-- figure: results/h200/X.json id=20/persistent_3stage seqlen=4096 head_dim=128 tflops -->666 TFLOP/s
 
-    <!-- figure: FILE[,FILE...] [KEY=VALUE ...] FIELD [vs:KEY=VALUE ...] [scale=S] [pct] -->FIGURE
+    <!-- figure: FILE[,FILE...] [KEY=VALUE ...] FIELD [per=FIELD2] [vs:KEY=VALUE ...] [scale=S] [pct] -->FIGURE
 
 FILE      relative to docs/ (like scripts/make_tables.py's tables); several files are pooled, and
           a name with * is a glob.
@@ -22,6 +22,8 @@ KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives 
           * (a prefix); "-" keeps those without the key (a Part VI property that is off:
           kv_heads=-). Booleans are 0/1. dtype defaults to fp16 where a record has none.
 FIELD     the number to take (dotted path).
+per=F2    each record's FIELD divided by the same record's F2 (error.worst_row_error
+          per=error.tolerance: how many tolerances the worst row is off); with vs:, both sides.
 vs:K=V    a ratio: each selected record's FIELD divided by FIELD of the record of the same
           problem (batch, heads, seqlen, head_dim, causal, dtype, and the Part VI properties
           kv_heads, kv_seqlen, page_size, q_lens; a key that a vs: filter names is left out) that
@@ -118,13 +120,15 @@ def matches(rec, key, want):
 def parse_spec(text):
     words = text.split()
     spec = {"files": words[0].split(","), "filters": [], "vs": [], "field": None,
-            "scale": 1.0, "pct": False, "abs": False, "agg": None, "grep": None}
+            "scale": 1.0, "pct": False, "abs": False, "agg": None, "grep": None, "per": None}
     for w in words[1:]:
         if w.startswith("vs:"):
             k, _, v = w[3:].partition("=")
             spec["vs"].append((k, v))
         elif w.startswith("grep="):
             spec["grep"] = w[5:].replace("\\s", " ")
+        elif w.startswith("per="):
+            spec["per"] = w[4:]
         elif w.startswith("scale="):
             spec["scale"] = float(w[6:])
         elif w in ("pct", "abs"):
@@ -167,8 +171,17 @@ def values(spec, docs):
         recs += flatten_records(doc)
     # The records of all the files are pooled: a vs: partner may come from another file.
     chosen = [r for r in recs if all(matches(r, k, v) for k, v in spec["filters"])]
+    def numbers(rec):
+        got = [v for v in lookup(rec, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if spec["per"] is None:
+            return got
+        per = [v for v in lookup(rec, spec["per"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not per or per[0] == 0:
+            return []  # nothing to divide by: the record gives no value
+        return [v / per[0] for v in got]
+
     for r in chosen:
-        vs = [v for v in lookup(r, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        vs = numbers(r)
         if spec["vs"]:
             named = {k for k, _ in spec["vs"]}
             keys = tuple(k for k in PROBLEM_KEYS + SERVING_KEYS if k not in named)
@@ -178,7 +191,7 @@ def values(spec, docs):
             if len(partners) != 1:
                 raise ValueError(f"{len(partners)} records match the vs: filters for "
                                  f"{dict(zip(keys, key))} (need exactly one)")
-            den = [v for v in lookup(partners[0], spec["field"]) if isinstance(v, (int, float))]
+            den = numbers(partners[0])
             vs = [v / den[0] for v in vs] if den else []
         out += vs
     if spec["pct"]:

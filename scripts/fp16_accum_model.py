@@ -16,7 +16,10 @@ sum, errs more. The pass rule is the harness's, row by row: max|err| <= 2 * the 
 max|err| + one fp16 ulp of the row's largest |output|.
 
   scripts/fp16_accum_model.py [--rows 16] [--d 64] [--large-logits]
-  scripts/fp16_accum_model.py --plot docs/img/part6-fp16-accum-model.png   # chapter 30's figure
+  scripts/fp16_accum_model.py --plot docs/img/part6-fp16-accum-model.png   # chapter 30's model figure
+  scripts/fp16_accum_model.py --measured docs/img/part6-fp16-accum-measured.png
+      # the H200 round's figure: speed over fp32_accum and worst row's error over its tolerance,
+      # fp16_pv and fp16_both vs N, D = 64 and 128, read from MEASURED (docs/results/h200/*.json)
 """
 import argparse
 
@@ -139,6 +142,70 @@ def plot(path, rows, seed):
     print(f"wrote {path}")
 
 
+MEASURED = ("docs/results/h200/2026-12-01-p6r0-serving-fp16acc.json",
+            "docs/results/h200/2026-12-01-p6r1-serving-fp16acc-d128.json")
+
+
+def measured_plot(path):
+    """Chapter 30's measured figure, from the round's results files (nothing modelled)."""
+    import json
+    import pathlib
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    root = pathlib.Path(__file__).resolve().parent.parent
+    points = {}  # (variant, D, causal) -> [(N, speed ratio, worst error / tolerance)]
+    for name in MEASURED:
+        doc = json.loads((root / name).read_text())
+        gpu = doc["provenance"]["gpu"]["name"]
+        for run in doc["runs"]:
+            shape = run["shape"]
+            rows = {r["id"]: r for r in run["rows"]}
+            base = rows["30/fp32_accum"]
+            for variant in ("fp32_accum", "fp16_pv", "fp16_both"):
+                r = rows["30/" + variant]
+                e = r["error"]
+                key = (variant, shape["head_dim"], bool(shape["causal"]))
+                points.setdefault(key, []).append(
+                    (shape["seqlen"], r["tflops"] / base["tflops"], e["worst_row_error"] / e["tolerance"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    colors = {"fp32_accum": "tab:gray", "fp16_pv": "tab:blue", "fp16_both": "tab:red"}
+    for (variant, d, causal), pts in sorted(points.items()):
+        pts.sort()
+        ns = [p[0] for p in pts]
+        style = ("-" if d == 64 else "--")
+        marker = "s" if causal else "o"
+        label = f"{variant} D={d} {'causal' if causal else 'non-causal'}"
+        if variant != "fp32_accum":
+            axes[0].plot(ns, [p[1] for p in pts], style, marker=marker, color=colors[variant], label=label,
+                         mfc="white" if causal else colors[variant])
+        axes[1].plot(ns, [p[2] for p in pts], style, marker=marker, color=colors[variant], label=label,
+                     mfc="white" if causal else colors[variant])
+    axes[0].axhline(1, color="black", lw=0.8)
+    axes[0].axhspan(0.97, 1.03, color="tab:green", alpha=0.12, label="the prediction: ±3%")
+    axes[0].set_ylabel("TFLOP/s over 30/fp32_accum (same problem)")
+    axes[0].set_title("speed", fontsize=9)
+    axes[1].axhline(1, color="black", lw=0.8)
+    axes[1].axhline(64, color="black", lw=0.8, ls=":")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("worst row's error / its tolerance")
+    axes[1].set_title("error (1 = the pass rule, 64 = the approximate limit)", fontsize=9)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1024, 2048, 4096, 8192], ["1024", "2048", "4096", "8192"])
+        ax.set_xlabel("N (B=4, H=8, fp16)")
+        ax.tick_params(labelsize=8)
+    handles, labels = axes[1].get_legend_handles_labels()
+    band = axes[0].get_legend_handles_labels()
+    fig.legend(handles + band[0][-1:], labels + band[1][-1:], fontsize=7, ncol=5, loc="lower center",
+               frameon=False)
+    fig.suptitle(f"Step 30 measured on the {gpu} (docs/results/h200/2026-12-01-p6r0-serving-fp16acc.json, D=64; "
+                 "-p6r1-serving-fp16acc-d128.json, D=128)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.14, 1, 0.94))
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=16)
@@ -146,7 +213,11 @@ def main():
     ap.add_argument("--large-logits", action="store_true", help="Q x5, K x3, as the GPU tests")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--plot", metavar="PNG", help="draw chapter 30's figure (D 64 and 128, both inputs)")
+    ap.add_argument("--measured", metavar="PNG", help="draw chapter 30's measured figure from the H200 results")
     args = ap.parse_args()
+    if args.measured:
+        measured_plot(args.measured)
+        return
     if args.plot:
         plot(args.plot, args.rows, args.seed)
         return

@@ -48,6 +48,11 @@ with tempfile.TemporaryDirectory() as tmp:
         {"kind": "attention", "shape": {"batch": 6, "heads": 8, "seqlen": 4, "head_dim": 128, "causal": False},
          "rows": [{"id": "20/p", "gbps": 120.0}]},
     ]}))
+    # per=: a field over another field of the same record (an error in tolerances).
+    (docs / "e.json").write_text(json.dumps({"runs": [
+        run(False, [{"id": "30/a", "error": {"worst_row_error": 4.0e-4, "tolerance": 1.0e-4}},
+                    {"id": "30/b", "error": {"worst_row_error": 5.0e-5, "tolerance": 1.0e-4}},
+                    {"id": "30/z", "error": {"worst_row_error": 1.0e-4, "tolerance": 0.0}}])]}))
     (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
     m = lambda spec: f"<!-- figure: {spec} -->"
     one = m("r.json id=20/a causal=0 tflops")
@@ -89,6 +94,11 @@ with tempfile.TemporaryDirectory() as tmp:
          m("s.json id=27/v gbps vs:id=20/p vs:q_lens=-") + "0.90×"),
         (False, "serving: two partners without the filter",
          m("s.json id=26/g kv_heads=2 gbps vs:id=20/p vs:kv_heads=2,-") + "2.00×"),
+        (True, "per", m("e.json id=30/a error.worst_row_error per=error.tolerance") + "4.0×"),
+        (False, "per, wrong", m("e.json id=30/a error.worst_row_error per=error.tolerance") + "4.1×"),
+        (True, "per, range", m("e.json id=30/a,30/b error.worst_row_error per=error.tolerance") + "0.5–4×"),
+        (True, "per with vs", m("e.json id=30/a error.worst_row_error per=error.tolerance vs:id=30/b") + "8.0×"),
+        (False, "per by zero selects nothing", m("e.json id=30/z error.worst_row_error per=error.tolerance") + "1"),
         (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
     ]
     for ok, what, text in cases:
