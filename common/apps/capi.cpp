@@ -196,22 +196,28 @@ int guarded(const char* id, char* error, int error_bytes, Body&& body) {
   return 1;
 }
 
+// The forward's arguments from a prepared call (the Part VI pointers left null).
+static ladder::AttentionArgs attention_args(const Prepared& p, const void* q, const void* k, const void* v,
+                                            void* o, float* lse) {
+  return {p.shape,
+          p.shape.softmax_scale(),
+          static_cast<const __half*>(q),
+          static_cast<const __half*>(k),
+          static_cast<const __half*>(v),
+          static_cast<__half*>(o),
+          lse,
+          p.workspace,
+          p.gpu.sm_count,
+          p.gpu.l2_bytes};
+}
+
 extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen, int head_dim,
                                 int causal, int bf16, const void* q, const void* k, const void* v,
                                 void* o, float* lse, void* stream, char* error, int error_bytes) {
   return guarded(id, error, error_bytes, [&] {
     const Prepared p = prepare<ladder::AttentionLaunch>(id, "attention", batch, heads, seqlen,
                                                          head_dim, causal, bf16);
-    const ladder::AttentionArgs args{p.shape,
-                                     p.shape.softmax_scale(),
-                                     static_cast<const __half*>(q),
-                                     static_cast<const __half*>(k),
-                                     static_cast<const __half*>(v),
-                                     static_cast<__half*>(o),
-                                     lse,
-                                     p.workspace,
-                                     p.gpu.sm_count,
-                                     p.gpu.l2_bytes};
+    const ladder::AttentionArgs args = attention_args(p, q, k, v, o, lse);
     std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }
@@ -254,16 +260,7 @@ extern "C" int ladder_attention_serving(const char* id, int batch, int heads, in
         id, "attention",
         serving_shape(batch, heads, kv_heads, seqlen, kv_seqlen, head_dim, causal, bf16, q_lens,
                       kv_lens, cu_seqlens_q, cu_seqlens_k, page_size, block_table));
-    ladder::AttentionArgs args{p.shape,
-                               p.shape.softmax_scale(),
-                               static_cast<const __half*>(q),
-                               static_cast<const __half*>(k),
-                               static_cast<const __half*>(v),
-                               static_cast<__half*>(o),
-                               lse,
-                               p.workspace,
-                               p.gpu.sm_count,
-                               p.gpu.l2_bytes};
+    ladder::AttentionArgs args = attention_args(p, q, k, v, o, lse);
     args.cu_seqlens_q = cu_seqlens_q;
     args.cu_seqlens_k = cu_seqlens_k;
     args.block_table = block_table;
