@@ -555,7 +555,11 @@ stage_servepeers() {
   [ -f "$capi" ] || { note "servepeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
   local ids=() s main grid rc=0
   listed 99/cudnn && ids+=(99/cudnn)
-  for s in 26 27 28 29; do mapfile -t main < <(variants_of main "$s"); ids+=("${main[@]}"); done
+  for s in 26 27 28 29; do  # each step's main variant (its only one, if it has one: --list marks none)
+    mapfile -t main < <(variants_of main "$s")
+    ((${#main[@]})) || mapfile -t main < <(variants_of all "$s")
+    ids+=("${main[@]}")
+  done
   ((${#ids[@]})) || note "  servepeers: no Part VI variant in this build: PyTorch's and FA4's rows only"
   # One grid per run: each stays well under the stage's cap (FA4 compiles once per configuration).
   for grid in ${ROUND_SERVE_GRIDS:-decode paged gqa varlen}; do
