@@ -126,6 +126,22 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&a)[kRows][kRegs]
   for (int r = 0; r < kRows; ++r) fence_registers(a[r]);
 }
 
+// ptxas, not the source, decides where a `wgmma.wait_group` lands in the SASS, and it places it as
+// early as it may: the arithmetic written between a wait 1 and a wait 0 (the softmax that should
+// run under the product still in flight) is free to move below the WARPGROUP.DEPBAR, and with an
+// RS product in flight it does (chapter 31 shows the SASS). ptxas keeps shared-memory stores in
+// order with the wait, so a store that consumes values pins everything those values depend on
+// above it. This one never executes (no lane id exceeds 31, which ptxas cannot fold) and writes
+// nowhere; it costs three instructions. Call it just before the wait with the values whose
+// computation must finish first (the row sums: every exponential of the block feeds them).
+__device__ __forceinline__ void keep_above_wait(float a, float b) {
+  asm volatile(
+      "{\n.reg .pred never;\n.reg .u32 lane;\nmov.u32 lane, %%laneid;\n"
+      "setp.gt.u32 never, lane, 31;\n@never st.shared.v2.f32 [%0], {%1, %2};\n}\n" ::"r"(0u),
+      "f"(a), "f"(b)
+      : "memory");
+}
+
 // D (64 × N, fp32) += A · B for a k16 slice, in two forms:
 //   ss(d, a_desc, b_desc, accumulate)  A and B in shared memory, both K-major (S = Q Kᵀ);
 //                                      accumulate = 0 overwrites D (the first k16 step)
