@@ -36,6 +36,8 @@ the other measured plots are scripts/plot's).
                           CTAs one per (batch, K/V head) gives against the split rule of
                           common/split_kv.hpp (re-implemented below, split_rule), and the fraction
                           of the GPU's CTA slots each fills: a model of occupancy, not a measurement.
+  part7-overlap-pinned.png  one warpgroup's iteration in step 21's SASS and in step 31's: the softmax
+                          waits for both products, or for S_i only (schematic, from the SASS order).
   part6-paged.png         step 29's address map: a block table, the pool's pages, and the 16-key
                           warp tiles inside them (schematic).
   part6-decode-measured.png  steps 28 and 29 at Part VI's four decode shapes (bf16, Nq = 1, D = 128):
@@ -657,6 +659,42 @@ def fig_decode_measured(out):
     plt.close(fig)
 
 
+def fig_overlap_pinned(out):
+    """One warpgroup's iteration in step 21's SASS and in step 31's: where the softmax starts."""
+    s_len, pv_len, sm_len = 1.0, 1.0, 2.2  # S_i, P_{i-1}V_{i-1}, one softmax: illustrative (D = 64)
+    fig, axes = plt.subplots(2, 1, figsize=(11, 4.4))
+    for ax, (title, pinned) in zip(axes, (("step 21: WARPGROUP.DEPBAR 0x0 above the exponentials", False),
+                                          ("step 31: the exponentials between the two waits", True))):
+        lanes = {"tensor cores (this warpgroup's products)": 1, "this warpgroup (softmax)": 0}
+        for name, y in lanes.items():
+            ax.text(-0.15, y + 0.4, name, ha="right", va="center", fontsize=8)
+        t = 0.0
+        for i in range(1, 4):
+            ax.add_patch(Rectangle((t, 1), s_len, 0.8, facecolor=BLUE, edgecolor="black", alpha=0.85))
+            ax.text(t + s_len / 2, 1.4, f"S{i}", ha="center", va="center", fontsize=7, color="white")
+            ax.add_patch(Rectangle((t + s_len, 1), pv_len, 0.8, facecolor=GREEN, edgecolor="black", alpha=0.85))
+            ax.text(t + s_len + pv_len / 2, 1.4, f"P{i-1}V{i-1}", ha="center", va="center", fontsize=7, color="white")
+            start = t + s_len if pinned else t + s_len + pv_len
+            ax.add_patch(Rectangle((start, 0), sm_len, 0.8, facecolor=ORANGE, edgecolor="black", alpha=0.85))
+            ax.text(start + sm_len / 2, 0.4, f"softmax of S{i}: e x64", ha="center", va="center", fontsize=7)
+            ax.plot([t + s_len] * 2, [-0.1, 1.9], color="purple", lw=1, ls=":")
+            ax.text(t + s_len, 1.95, "W1", ha="center", fontsize=6, color="purple")
+            w0 = start + sm_len if pinned else t + s_len + pv_len
+            ax.plot([w0] * 2, [-0.1, 1.9], color="black", lw=1, ls="--")
+            ax.text(w0, 1.95, "W0", ha="center", fontsize=6)
+            t = start + sm_len + 0.15  # conversions, rescale, the next turn
+        ax.set_xlim(-3.6, 13.5)
+        ax.set_ylim(-0.3, 2.4)
+        ax.axis("off")
+        ax.set_title(title, fontsize=9)
+    fig.text(0.5, 0.01, "Schematic from the SASS order, durations illustrative (D = 64: S and P·V 256 tensor cycles "
+             "each, a softmax over 512 MUFU cycles). The gaps in the tensor lane are the other warpgroup's turns "
+             "(the ping-pong).", ha="center", fontsize=7, color=GREY)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(out / "part7-overlap-pinned.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -675,10 +713,11 @@ def main():
     fig_split_kv(out)
     fig_paged(out)
     fig_decode_measured(out)
+    fig_overlap_pinned(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
     print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
-          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png, part6-decode-measured.png to {out}")
+          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png, part6-decode-measured.png, part7-overlap-pinned.png to {out}")
 
 
 if __name__ == "__main__":

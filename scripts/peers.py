@@ -93,16 +93,20 @@ OUTPUT_TOLERANCE = {"fp16": 0.02, "bf16": 0.05}
 def grids(quick, grid="ladder"):
     """(batch, heads, seqlen, head_dim, causal): grid="ladder", the ladder's benchmark grids;
     "part4", the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192, both
-    masks, and FlashAttention-3's ablation shape B=4 H=16 N=8448 D=128); "series", Part III's
+    masks, and FlashAttention-3's ablation shape B=4 H=16 N=8448 D=128); "part7", those and Part
+    VII's two more targets (B=1 H=64 N=1024 D=128 non-causal, B=16 H=16 N=1024 D=64 causal); "series", Part III's
     workload (B=1 H=64 N=1024 D=128) before the ladder's grids and B=4 H=8 N=16384 D=64; "bwd", the
     backward's shapes of Part V (B=4 H=8 N=8192 D=64 and B=2 H=16 N=8192 D=128, both masks)."""
     if grid == "bwd":
         shapes = [(4, 8, 8192, 64, c) for c in (False, True)] + [(2, 16, 8192, 128, c) for c in (False, True)]
         return shapes[:2] if quick else shapes
-    if grid == "part4":
+    if grid in ("part4", "part7"):
         shapes = [(4, 8, n, 64, c) for c in (False, True) for n in (4096, 8192)]
         shapes += [(16384 // n, 16, n, 128, c) for c in (False, True) for n in (4096, 8192)]
-        return shapes + [(4, 16, 8448, 128, False)]
+        shapes += [(4, 16, 8448, 128, False)]
+        if grid == "part7":  # issue 16's two more targets: the series' workload, short sequences
+            shapes += [(1, 64, 1024, 128, False), (16, 16, 1024, 64, True)]
+        return shapes
     shapes = []
     for causal in (False, True):
         for n in (1024, 2048, 4096, 8192):
@@ -796,7 +800,7 @@ def main(argv=None):
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "serve"), default="fwd",
                     help="time the forward (O from Q, K, V), the backward (dQ, dK, dV from dO), or Part VI's "
                     "serving problems (GQA, decode, varlen, paged: GB/s and %% of a device copy)")
-    ap.add_argument("--grid", choices=("ladder", "part4", "series", "bwd", "serve") + SERVE_GRIDS, default=None,
+    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "serve") + SERVE_GRIDS, default=None,
                     help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
                     "Part III's series, or Part V's backward shapes (the backward's default); --pass serve: "
                     + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")

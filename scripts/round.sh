@@ -64,6 +64,7 @@
 # more than the device tool brings back (8 files), the results go into results.tgz. Copy results
 # to docs/results/<gpu>/ unchanged, under new names; never over an existing file.
 # Environment: LADDER_GIT_COMMIT (the commit, where the copy has no .git), ROUND_BUILD,
+# ROUND_CROSSCHECK_GRID (peers.py's grid for crosscheck: part4, the default, or part7),
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
 # ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25),
@@ -526,7 +527,7 @@ stage_crosscheck() {
   for dt in "${dtypes[@]}"; do
     local use=("${ids[@]}")
     [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 "${steps[@]}" 99 | sort))
-    peers_run "crosscheck$(sfx "$dt")" --grid part4 --dtype "$dt" --ladder-lib "$capi" \
+    peers_run "crosscheck$(sfx "$dt")" --grid "${ROUND_CROSSCHECK_GRID:-part4}" --dtype "$dt" --ladder-lib "$capi" \
       --ladder-variants "$(csv "${use[@]}")" || rc=1
   done
   return $rc
