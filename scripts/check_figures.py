@@ -18,7 +18,8 @@ records   a ladder file gives one record per row, with its run's shape, kind and
           read from the file's top level (/provenance.gpu.sm_clock_mhz).
           A ladder row also has `limits.CLOCK.F` (scripts/hardware_limits.py, the numbers of
           make_tables.py's limits table): CLOCK start, after or max (the table's clock=), F one of
-          pct_of_tensor_peak, pct_of_exp_bound, tensor_peak_tflops, exp_bound_tflops, clock_mhz;
+          pct_of_tensor_peak, pct_of_exp_bound, pct_of_no_overlap_bound (the sum of the two),
+          tensor_peak_tflops, exp_bound_tflops, clock_mhz;
           a file from which the limit cannot be computed (an idle start clock) is an error.
           A text file (.txt, .csv, .md): `grep=REGEX` (no spaces; \\s for one), every match's
           first group is a value.

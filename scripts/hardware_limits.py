@@ -94,8 +94,9 @@ def bounds(doc, run, which="start"):
 
 
 def row_limits(doc, run, row, which="start"):
-    """The bounds of `row`'s problem and its TFLOP/s as a percentage of each; a ceiling row (the
-    GEMM) has no exponentials, so no exp bound. None for a row without a measured rate."""
+    """The bounds of `row`'s problem and its TFLOP/s as a percentage of each (and of the bound with
+    no overlap, their sum); a ceiling row (the GEMM) has no exponentials, so no exp bound. None for
+    a row without a measured rate."""
     if "tflops" not in row:
         return None
     b = bounds(doc, run, which)
@@ -103,4 +104,7 @@ def row_limits(doc, run, row, which="start"):
         b["exp_bound_tflops"] = None
     b["pct_of_tensor_peak"] = 100.0 * row["tflops"] / b["tensor_peak_tflops"]
     b["pct_of_exp_bound"] = 100.0 * row["tflops"] / b["exp_bound_tflops"] if b["exp_bound_tflops"] else None
+    # 1 / (1/peak + 1/exp bound): the products and the exponentials one after the other.
+    b["pct_of_no_overlap_bound"] = (b["pct_of_tensor_peak"] + b["pct_of_exp_bound"]
+                                    if b["pct_of_exp_bound"] is not None else None)
     return b

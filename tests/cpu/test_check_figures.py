@@ -119,6 +119,8 @@ with tempfile.TemporaryDirectory() as tmp:
          m("lim.json id=20/a limits.start.pct_of_exp_bound") + "25%"),
         (False, "limits: % of the exp bound taken as % of the peak",
          m("lim.json id=20/a limits.start.pct_of_exp_bound") + "50%"),
+        (True, "limits: % of the bound with no overlap (the sum)",
+         m("lim.json id=20/a limits.start.pct_of_no_overlap_bound") + "75%"),
         (True, "limits: at the clock after the timing", m("lim.json id=20/a limits.after.pct_of_tensor_peak") + "60%"),
         (True, "limits: the peak at the highest clock", m("lim.json id=20/a limits.max.tensor_peak_tflops") + "811 TFLOP/s"),
         (True, "limits: a range over rows", m("lim.json id=2* limits.start.pct_of_tensor_peak") + "50–60%"),
