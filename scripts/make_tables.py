@@ -29,7 +29,8 @@ A chapter asks for a table with a marker pair; everything between them is replac
         how far each row of a ladder file is from the hardware: per problem, its TFLOP/s as a
         percentage of the dense tensor-core peak and of the bound the exponentials set (MUFU.EX2),
         at the SM clock the file recorded at start (clock=after: each problem's clock after its
-        timing; clock=max: the GPU's highest); the rates are in scripts/hardware_limits.py
+        timing; clock=max: the GPU's highest); the rates are in scripts/hardware_limits.py. A start
+        clock below a problem's clock after its timing (the GPU idle at start) is refused
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
