@@ -16,6 +16,11 @@ records   a ladder file gives one record per row, with its run's shape, kind and
           peers/crosscheck file one per row (name, tflops, batch, ...); a row's `kernels` list is
           expanded (kernels.registers, kernels.dynamic_smem, ...). A path starting with "/" is
           read from the file's top level (/provenance.gpu.sm_clock_mhz).
+          A ladder row also has `limits.CLOCK.F` (scripts/hardware_limits.py, the numbers of
+          make_tables.py's limits table): CLOCK start, after or max (the table's clock=), F one of
+          pct_of_tensor_peak, pct_of_exp_bound, pct_of_no_overlap_bound (the sum of the two),
+          tensor_peak_tflops, exp_bound_tflops, clock_mhz;
+          a file from which the limit cannot be computed (an idle start clock) is an error.
           A text file (.txt, .csv, .md): `grep=REGEX` (no spaces; \\s for one), every match's
           first group is a value.
 KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives (a,b) or end in
@@ -48,6 +53,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import hardware_limits  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!-- figure: (.*?) -->")
 NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
@@ -68,7 +76,9 @@ def flatten_records(doc):
             base["kind"] = run.get("kind")
             base["gpu_after"] = run.get("gpu_after", {})
             for row in run.get("rows", []):
-                recs.append({**base, **row})
+                rec = {**base, **row}
+                add_limits(rec, doc, run, row)
+                recs.append(rec)
     elif isinstance(doc, dict) and "rows" in doc:
         recs = [dict(r) for r in doc["rows"]]
     else:
@@ -76,6 +86,19 @@ def flatten_records(doc):
     for r in recs:
         r.setdefault("dtype", "fp16")
     return recs
+
+
+def add_limits(rec, doc, run, row):
+    """rec["limits"][clock] = the row's limits at each clock (hardware_limits.row_limits); where a
+    clock cannot be used, rec["limits_errors"][clock] says why (raised only if a marker asks)."""
+    for clock in hardware_limits.CLOCKS:
+        try:
+            lim = hardware_limits.row_limits(doc, run, row, clock)
+        except hardware_limits.LimitError as e:
+            rec.setdefault("limits_errors", {})[clock] = str(e)
+            continue
+        if lim is not None:
+            rec.setdefault("limits", {})[clock] = lim
 
 
 def lookup(rec, path):
@@ -172,6 +195,9 @@ def values(spec, docs):
     # The records of all the files are pooled: a vs: partner may come from another file.
     chosen = [r for r in recs if all(matches(r, k, v) for k, v in spec["filters"])]
     def numbers(rec):
+        field = spec["field"].split(".")
+        if field[0] == "limits" and len(field) > 1 and field[1] in rec.get("limits_errors", {}):
+            raise ValueError(f"{spec['field']}: {rec['limits_errors'][field[1]]}")
         got = [v for v in lookup(rec, spec["field"]) if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if spec["per"] is None:
             return got

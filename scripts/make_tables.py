@@ -25,6 +25,12 @@ A chapter asks for a table with a marker pair; everything between them is replac
         scripts/peers.py --pass serve's file: per shape of one kind (decode, paged: GB/s and % of
         the device copy timed in the same run; gqa, varlen: TFLOP/s), PyTorch's cuDNN and FA2
         backends, FlashAttention-4 and each ladder variant with its ratio to cuDNN and to FA4
+    <!-- table: limits FILE[,FILE...] [ids=20/,22/] [clock=start|after|max] -->
+        how far each row of a ladder file is from the hardware: per problem, its TFLOP/s as a
+        percentage of the dense tensor-core peak and of the bound the exponentials set (MUFU.EX2),
+        at the SM clock the file recorded at start (clock=after: each problem's clock after its
+        timing; clock=max: the GPU's highest); the rates are in scripts/hardware_limits.py. A start
+        clock below a problem's clock after its timing (the GPU idle at start) is refused
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
@@ -40,6 +46,8 @@ import json
 import pathlib
 import re
 import sys
+
+import hardware_limits
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 MARKER = re.compile(r"(<!-- table: (.*?) -->\n)(.*?)(<!-- end table -->)", re.S)
@@ -516,6 +524,76 @@ def compare_table(spec):
     return "\n".join(out) + "\n"
 
 
+def limits_table(spec):
+    """Per (file, kind, D, dtype): one column per problem, one row per variant (and the GEMM
+    ceiling); a cell is TFLOP/s (% of the dense tensor peak · % of the exponential bound)."""
+    which = spec.get("clock", "start")
+    if which not in hardware_limits.CLOCKS:
+        raise SystemExit(f"limits table: clock={which} is not one of {', '.join(hardware_limits.CLOCKS)}")
+    prefixes = [p for p in spec.get("ids", "").split(",") if p]
+    out = ["Each cell: TFLOP/s (its percentage of the dense fp16/bf16 tensor-core peak · of the bound the "
+           "exponentials set: one MUFU.EX2 per (query, key) pair, which the ladder counts as 4·D FLOPs forward "
+           "and 10·D backward). The two percentages add up to the percentage of the bound if the matrix "
+           "products and the exponentials never overlapped: above 100%, the kernel must run exponentials under "
+           f"its products. Peaks at {hardware_limits.CLOCKS[which]}; the rates per SM and clock are in "
+           "`scripts/hardware_limits.py`.\n"]
+    try:
+        return _limits_tables(spec, which, prefixes, out)
+    except hardware_limits.LimitError as e:
+        raise SystemExit(f"limits table of {spec['file']}: {e}")
+
+
+def _limits_tables(spec, which, prefixes, out):
+    for f in spec["file"].split(","):
+        data = load(f)
+        groups = {}
+        for run in data["runs"]:
+            if run["kind"] not in hardware_limits.FLOPS_PER_EXPONENTIAL_PER_D:
+                continue
+            key = (run["kind"], run["shape"]["head_dim"], run["shape"].get("dtype", "fp16"))
+            groups.setdefault(key, []).append(run)
+        for (kind, d, dtype), runs in groups.items():
+            # The kept rows (and the GEMM ceiling), in the file's order; a variant that ran none of
+            # these problems (refused at this D) is left out.
+            measured = {r["id"] for run in runs for r in run["rows"] if "tflops" in r or r.get("duplicate_of")}
+            ids = list(dict.fromkeys(r["id"] for run in runs for r in run["rows"]
+                                     if (keep(r["id"], prefixes) or r.get("ceiling")) and r["id"] in measured))
+            b = [hardware_limits.bounds(data, run, which) for run in runs]
+            clocks = sorted({x["clock_mhz"] for x in b})
+            sms = b[0]["sm_count"] if b else "?"
+            head = [run["shape_text"].replace(f" D={d}", "") for run in runs]
+            out.append(f"**{kind} D={d}, {dtype}**: {sms} SMs, peaks at "
+                       + "/".join(str(c) for c in clocks) + " MHz\n")
+            out.append("| variant | " + " | ".join(head) + " |")
+            out.append("|---|" + "---|" * len(runs))
+            out.append("| *bounds: tensor · exp (TFLOP/s)* | " + " | ".join(
+                f"{x['tensor_peak_tflops']:.0f} · {x['exp_bound_tflops']:.0f}" for x in b) + " |")
+            for i in ids:
+                row0 = next(x for run in runs for x in run["rows"] if x["id"] == i)
+                name = i + (" (peer)" if row0.get("peer") else "") + (" (ceiling)" if row0.get("ceiling") else "")
+                cells = []
+                for run in runs:
+                    row = next((x for x in run["rows"] if x["id"] == i), None)
+                    if row is None:
+                        cells.append("—")
+                    elif row.get("duplicate_of"):
+                        cells.append(f"= {row['duplicate_of']}")
+                    elif "tflops" not in row:
+                        cells.append(row.get("status", "—"))
+                    else:
+                        lim = hardware_limits.row_limits(data, run, row, which)
+                        exp = "—" if lim["pct_of_exp_bound"] is None else f"{lim['pct_of_exp_bound']:.0f}%"
+                        bad = "" if row.get("error", {}).get("pass", True) else " FAIL"
+                        cells.append(f"{row['tflops']:.1f} ({lim['pct_of_tensor_peak']:.0f}% · {exp}){bad}")
+                out.append(f"| {name} | " + " | ".join(cells) + " |")
+            out.append("| *SM clock after the timing* | " + " | ".join(
+                f"{hardware_limits.after_mhz(run)} MHz" if hardware_limits.after_mhz(run) else "—"
+                for run in runs) + " |")
+            out.append("")
+        out.append(provenance_line(data) + "\n")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 def missing_files(spec):
     """The files a table needs that do not exist yet (a round still to come)."""
     files = spec["file"].split(",") + ([spec["peers"]] if "peers" in spec else [])
@@ -534,7 +612,7 @@ def render(spec_text):
                 + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
               "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table,
-              "compare": compare_table, "servecheck": servecheck_table}
+              "compare": compare_table, "servecheck": servecheck_table, "limits": limits_table}
     return tables[spec["type"]](spec)
 
 

@@ -53,6 +53,18 @@ with tempfile.TemporaryDirectory() as tmp:
         run(False, [{"id": "30/a", "error": {"worst_row_error": 4.0e-4, "tolerance": 1.0e-4}},
                     {"id": "30/b", "error": {"worst_row_error": 5.0e-5, "tolerance": 1.0e-4}},
                     {"id": "30/z", "error": {"worst_row_error": 1.0e-4, "tolerance": 0.0}}])]}))
+    # limits.CLOCK.F (scripts/hardware_limits.py): every clock field differs, 100 SMs (not 132), D = 128.
+    # At 1500 MHz: tensor peak 614.4 TFLOP/s, exp bound 1228.8; at 1250 (after): 512; at 1980 (max): 811.
+    lrun = lambda rows, after=1250: {"kind": "attention", "shape": {"batch": 1, "heads": 1, "seqlen": 1024,
+                                                                    "head_dim": 128, "causal": False},
+                                     "gpu_after": {"sm_clock_mhz": after}, "rows": rows}
+    lgpu = {"compute_capability": 90, "sm_count": 100, "sm_clock_mhz": 1500, "max_sm_clock_mhz": 1980}
+    lrows = [{"id": "20/a", "tflops": 307.2}, {"id": "22/b", "tflops": 368.64},
+             {"id": "gemm-fp16", "tflops": 491.52, "ceiling": True}]
+    (docs / "lim.json").write_text(json.dumps({"provenance": {"gpu": lgpu}, "gpu_after": {"sm_clock_mhz": 1100},
+                                               "runs": [lrun(lrows)]}))
+    (docs / "idle.json").write_text(json.dumps({"provenance": {"gpu": {**lgpu, "sm_clock_mhz": 345}},
+                                                "runs": [lrun(lrows)]}))
     (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
     m = lambda spec: f"<!-- figure: {spec} -->"
     one = m("r.json id=20/a causal=0 tflops")
@@ -99,6 +111,27 @@ with tempfile.TemporaryDirectory() as tmp:
         (True, "per, range", m("e.json id=30/a,30/b error.worst_row_error per=error.tolerance") + "0.5–4×"),
         (True, "per with vs", m("e.json id=30/a error.worst_row_error per=error.tolerance vs:id=30/b") + "8.0×"),
         (False, "per by zero selects nothing", m("e.json id=30/z error.worst_row_error per=error.tolerance") + "1"),
+        (True, "limits: % of the tensor peak at the start clock",
+         m("lim.json id=20/a limits.start.pct_of_tensor_peak") + "50%"),
+        (False, "limits: % of the tensor peak, wrong",
+         m("lim.json id=20/a limits.start.pct_of_tensor_peak") + "51%"),
+        (True, "limits: % of the exp bound (D = 128: half the % of the tensor peak)",
+         m("lim.json id=20/a limits.start.pct_of_exp_bound") + "25%"),
+        (False, "limits: % of the exp bound taken as % of the peak",
+         m("lim.json id=20/a limits.start.pct_of_exp_bound") + "50%"),
+        (True, "limits: % of the bound with no overlap (the sum)",
+         m("lim.json id=20/a limits.start.pct_of_no_overlap_bound") + "75%"),
+        (True, "limits: at the clock after the timing", m("lim.json id=20/a limits.after.pct_of_tensor_peak") + "60%"),
+        (True, "limits: the peak at the highest clock", m("lim.json id=20/a limits.max.tensor_peak_tflops") + "811 TFLOP/s"),
+        (True, "limits: a range over rows", m("lim.json id=2* limits.start.pct_of_tensor_peak") + "50–60%"),
+        (True, "limits: the GEMM ceiling's % of the peak",
+         m("lim.json id=gemm-fp16 limits.start.pct_of_tensor_peak") + "80%"),
+        (False, "limits: the GEMM ceiling has no exp bound",
+         m("lim.json id=gemm-fp16 limits.start.pct_of_exp_bound") + "40%"),
+        (False, "limits: an idle start clock is an error, not a figure",
+         m("idle.json id=20/a limits.start.pct_of_tensor_peak") + "217%"),
+        (True, "limits: an idle start clock, the clock after the timing",
+         m("idle.json id=20/a limits.after.pct_of_tensor_peak") + "60%"),
         (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
     ]
     for ok, what, text in cases:
