@@ -38,6 +38,8 @@ the other measured plots are scripts/plot's).
                           of the GPU's CTA slots each fills: a model of occupancy, not a measurement.
   part7-overlap-pinned.png  one warpgroup's iteration in step 21's SASS and in step 31's: the softmax
                           waits for both products, or for S_i only (schematic, from the SASS order).
+  part7-desc-iterators.png  one unmasked K/V block's SASS instructions by kind, steps 21/33 and 22/34
+                          (results/h200/2026-12-01-p7r2-sass-loops.json: counted from SASS, not timed).
   part6-paged.png         step 29's address map: a block table, the pool's pages, and the 16-key
                           warp tiles inside them (schematic).
   part6-decode-measured.png  steps 28 and 29 at Part VI's four decode shapes (bf16, Nq = 1, D = 128):
@@ -52,6 +54,7 @@ ping-pong) are schematic: their durations are illustrative, not measured.
 matplotlib is installed with pip if it is missing (CI never runs this script).
 """
 import argparse
+import json
 import math
 import pathlib
 import subprocess
@@ -695,6 +698,32 @@ def fig_overlap_pinned(out):
     plt.close(fig)
 
 
+def fig_desc_iterators(out):
+    """Measured from SASS (results/h200/2026-12-01-p7r2-sass-loops.json): one unmasked K/V block's
+    instructions by kind, steps 21/33 and 22/34."""
+    data = json.loads((ROOT / "docs" / "results" / "h200" / "2026-12-01-p7r2-sass-loops.json").read_text())["loops"]
+    order = ["21 D=64", "33 D=64", "22 D=64", "34 D=64", "21 D=128", "33 D=128"]
+    kinds = ["uniform datapath", "fp32 (max, scale, sum, rescale)", "MUFU.EX2", "F2FP (P to 16 bits)", "HGMMA", "other"]
+    colors = [RED, BLUE, ORANGE, GREEN, "#555555", "#bbbbbb"]
+    fig, ax = plt.subplots(figsize=(9, 4.4))
+    for i, key in enumerate(order):
+        left = 0
+        for k, c in zip(kinds, colors):
+            v = data[key]["by_kind"].get(k, 0)
+            ax.barh(i, v, left=left, color=c, edgecolor="white", label=k if i == 0 else None)
+            left += v
+        ax.text(left + 4, i, str(data[key]["instructions"]), va="center", fontsize=8)
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"step {k.split()[0]}, {k.split()[1].replace('=', ' = ')}" for k in order], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("instructions per unmasked K/V block (one warp's loop body)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    ax.set_xlim(0, 600)
+    fig.tight_layout()
+    fig.savefig(out / "part7-desc-iterators.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
@@ -714,10 +743,11 @@ def main():
     fig_paged(out)
     fig_decode_measured(out)
     fig_overlap_pinned(out)
+    fig_desc_iterators(out)
     for name, s in spans.items():
         print(f"causal B=4 H=16 N=4096 D=128, {name}: busiest CTA {s:.3f}x the mean")
     print(f"wrote part4-swizzle.png, part4-ring.png, part4-pingpong.png, part4-causal-walk.png, part4-tile-waves.png, "
-          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png, part6-decode-measured.png, part7-overlap-pinned.png to {out}")
+          f"{', '.join(part3)}, part6-split-kv.png, part6-paged.png, part6-decode-measured.png, part7-overlap-pinned.png, part7-desc-iterators.png to {out}")
 
 
 if __name__ == "__main__":

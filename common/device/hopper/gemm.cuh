@@ -44,6 +44,44 @@ __device__ __forceinline__ void issue_pv(float (&o)[kORegs], const std::uint32_t
   for (int kk = 0; kk < kBlockN / 16; ++kk)
     Wgmma<kHeadDim, Element>::rs(o, p[kk], desc_mn_major(v_addr + kk * 16 * kSwizzleRowBytes, kVColumnBlock));
 }
+// ---- The same products on descriptors built once (step 33 on) -------------------------------
+// A descriptor is a function of the address only through its 14-bit field (address >> 4), so the
+// descriptor of a k16 step, a column block or a ring stage is the base's plus a byte offset / 16.
+// Building it from the address each time (desc_k_major above) costs ptxas about seven uniform
+// instructions per wgmma (mask, shift, or, the constant high word, the address add); advancing a
+// descriptor built once costs one. Shared memory ends below 2^18 bytes, so the field never
+// overflows into the LBO bits: a 32-bit add on the low word is exact, and the high word (SBO and
+// the swizzle mode) is never touched.
+__device__ __forceinline__ std::uint64_t desc_advance(std::uint64_t desc, std::uint32_t bytes) {
+  const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// issue_qk on descriptors: q_desc = desc_k_major(the warpgroup's first Q row), k_desc the stage's
+// K block; the k16 steps and column blocks are constant offsets from them.
+template <int kHeadDim, int kQRows, class Element, int kSRegs>
+__device__ __forceinline__ void issue_qk_desc(float (&s)[kSRegs], std::uint64_t q_desc,
+                                              std::uint64_t k_desc) {
+  constexpr int kBlockN = 2 * kSRegs;
+  constexpr std::uint32_t kQColumnBlock = kQRows * kSwizzleRowBytes;
+  constexpr std::uint32_t kKColumnBlock = kBlockN * kSwizzleRowBytes;
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const std::uint32_t col = (kk % 4) * 32;
+    Wgmma<kBlockN, Element>::ss(s, desc_advance(q_desc, (kk / 4) * kQColumnBlock + col),
+                                desc_advance(k_desc, (kk / 4) * kKColumnBlock + col), kk > 0);
+  }
+}
+
+// issue_pv on descriptors: v_desc = desc_mn_major(the stage's V block, its column-block bytes).
+template <int kBlockN, class Element, int kORegs>
+__device__ __forceinline__ void issue_pv_desc(float (&o)[kORegs],
+                                              const std::uint32_t (&p)[kBlockN / 16][4],
+                                              std::uint64_t v_desc) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+    Wgmma<2 * kORegs, Element>::rs(o, p[kk], desc_advance(v_desc, kk * 16 * kSwizzleRowBytes));
+}
 #endif  // LADDER_SM90A
 
 }  // namespace ladder::hopper
