@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Fit the cubic of common/exp2_poly.hpp: 2^f on [0, 1] with the least maximum relative error,
+constrained to p(0) = 1 and p(1) = 2 exactly (so 2^x is exact at every integer and continuous,
+hence monotone, across them).
+
+    p(f) = 1 + f + a (f^2 - f) + b (f^3 - f^2)        (p(0) = 1, p(1) = 2 for any a, b)
+         = 1 + c1 f + c2 f^2 + c3 f^3,  c1 = 1 - a,  c2 = a - b,  c3 = b
+
+Two free parameters, so the minimax error r(f) = p(f) / 2^f - 1 (zero at both ends) equioscillates
+at three interior points (Chebyshev's alternation theorem for a linear family). Remez's exchange:
+solve p(f_i) = 2^f_i (1 + (-1)^i E) for (a, b, E) at three points, move the points to the
+extrema of r on a dense grid, repeat until they stop moving. Then c3 and c2 are rounded to
+multiples of 2^-24 and c1 = 1 - c2 - c3: all three are exact floats and Horner at f = 1 sums to
+exactly 2 (every partial sum is a multiple of 2^-24 below 2, hence a float).
+
+    scripts/fit_exp2_poly.py          prints the coefficients, the fit's error, and the error of the
+                                      float32 evaluation (FMA emulated in float64) on a dense grid
+
+Needs numpy (PyPI). The C++ header's constants are this script's output; tests/cpu/test_exp2_poly.cpp
+checks the error bound on the header's own evaluation.
+"""
+import numpy as np
+
+
+def remez(grid, iterations=30):
+    pts = np.array([0.25, 0.5, 0.75])
+    for _ in range(iterations):
+        A = np.stack([pts * pts - pts, pts ** 3 - pts * pts, -((-1.0) ** np.arange(3)) * 2 ** pts], axis=1)
+        a, b, err = np.linalg.solve(A, 2 ** pts - 1 - pts)
+        r = (1 + grid + a * (grid ** 2 - grid) + b * (grid ** 3 - grid ** 2)) / 2 ** grid - 1
+        d = np.diff(r)
+        ext = np.where(d[:-1] * d[1:] <= 0)[0] + 1  # local extrema of r inside (0, 1)
+        ext = ext[np.abs(r[ext]) > 1e-12]
+        if len(ext) != 3 or np.allclose(grid[ext], pts):
+            break
+        pts = grid[ext]
+    return a, b, abs(err), np.abs(r).max()
+
+
+def f32(x):
+    return np.float32(x)
+
+
+def fma32(a, b, c):  # a·b is exact in float64 (24 + 24 bits); one rounding of the sum to float32
+    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def main():
+    grid = np.linspace(0.0, 1.0, 400001)
+    a, b, err, rmax = remez(grid)
+    q = 2.0 ** 24
+    c3 = np.round(b * q) / q
+    c2 = np.round((a - b) * q) / q
+    c1 = 1.0 - c2 - c3
+    assert f32(c1) == c1 and f32(c2) == c2 and f32(c3) == c3
+    f = grid.astype(np.float32)
+    p = fma32(fma32(fma32(f32(c3), f, f32(c2)), f, f32(c1)), f, np.float32(1.0))
+    rel = np.abs(p.astype(np.float64) / 2 ** f.astype(np.float64) - 1)
+    print(f"minimax relative error of the real cubic: {err:.6e} (grid max {rmax:.6e}, 2^{np.log2(err):.2f})")
+    for name, c in (("c1", c1), ("c2", c2), ("c3", c3)):
+        print(f"  {name} = {float(c).hex()}  ({c:.10f}, {int(round(c * q))} / 2^24)")
+    print(f"float32 Horner at f = 1: {float(fma32(fma32(fma32(f32(c3), 1, f32(c2)), 1, f32(c1)), 1, 1))}")
+    print(f"float32 evaluation, max relative error on [0, 1]: {rel.max():.6e}")
+    print(f"fp16 unit roundoff 2^-11 = {2 ** -11:.6e}, bf16 2^-8 = {2 ** -8:.6e}")
+
+
+if __name__ == "__main__":
+    main()
