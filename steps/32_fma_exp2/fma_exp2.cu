@@ -422,7 +422,8 @@ ladder::Variant variant(const char* name, const char* description) {
       });
 }
 
-// The main is provisional: the round decides (chapter 32's prediction).
+// The main is provisional (both ideas; chapter 32's prediction): the round decides, and lazy_rescale
+// takes it if the polynomial does not pay on Hopper.
 LADDER_REGISTER_STEP(
     ladder::attention_step(32, "fma_exp2", "The exponential bottleneck at D = 64: exp2 on the FMA pipes, O rescaled only when the max moves", "31/pinned")
         .add(variant<kPolyQuarter, false>("poly_quarter", "31/pinned with a quarter of each row's exponentials (column tiles j % 4 == 3) as a cubic on the FMA pipes"))
