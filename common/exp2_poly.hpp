@@ -33,8 +33,9 @@
 // * Against the formats P is stored in: fp16's unit roundoff is 2^-11 = 4.9e-4, bf16's 2^-8 =
 //   3.9e-3, so the cubic's 1.03e-4 is a fifth of one fp16 rounding and a fortieth of a bf16 one;
 //   MUFU.EX2 (ex2.approx.f32) is near 2^-22 relative (PTX ISA), far below either.
-// * Cost: FMNMX, FADD.RM, 2 FADD, 3 FFMA, and the shift-and-add (one LEA or SHL + IADD): 8-9
-//   instructions on the FMA and integer pipes, against one MUFU.EX2.
+// * Cost (step 32's SASS): FMNMX, FADD.RM, 2 FADD, 3 FFMA (c3 stays in a register) and one LEA
+//   (or IMAD by 2^23) for the exponent: 8 issued instructions on the FMA and integer pipes, where
+//   MUFU.EX2 is one issue (and 8 cycles of a sub-partition's 4-lane MUFU pipe).
 #pragma once
 
 #include <cmath>

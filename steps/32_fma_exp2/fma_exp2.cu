@@ -3,23 +3,23 @@
 //
 // At D = 64 a score costs 4·D = 256 dense FLOPs on the tensor cores (4096 per clock per SM) and one
 // exponential on the MUFU unit (16 per clock per SM): 1/16 of a clock each, so the exponentials
-// alone take as long as both GEMMs, and with two consumers one warpgroup's softmax has exactly its
-// partner's products to hide under (chapter 32 counts it per SM sub-partition). FlashAttention-4
+// alone take as long as both GEMMs (chapter 32 counts it per SM sub-partition). FlashAttention-4
 // moves work off the MUFU unit in two ways; this step builds both on step 31's kernel:
 //
-//   * the polynomial: every kPolyEvery-th n8 column tile of S (j % kPolyEvery == kPolyEvery − 1)
-//     gets 2^x from range reduction and a cubic on the FMA pipes (common/exp2_poly.hpp, fitted by
-//     scripts/fit_exp2_poly.py: 1.03e-4 relative, a fifth of fp16's rounding of P), the others from
-//     MUFU.EX2. About 9 issued instructions instead of 1, but on pipes the softmax leaves idle;
-//     poly_quarter (1/4 of the columns) and poly_half (1/2);
+//   * the polynomial: the n8 column tiles j of S with j % kPolyEvery == kPolyEvery − 1 get 2^x
+//     from range reduction and a cubic on the FMA pipes (common/exp2_poly.hpp: 1.03e-4 relative,
+//     a fifth of fp16's rounding of P), the others from MUFU.EX2. 8 issued instructions instead of
+//     one: MUFU time is traded for issue slots, and at D = 64 those are nearly as scarce, so the
+//     fraction is the question (poly_quarter, poly_half);
 //   * the lazy rescale (common/lazy_rescale.hpp): a row's reference max moves only when a block's
-//     max exceeds it by more than 2^τ (τ = 8), otherwise the block's exponentials use the old one
+//     max exceeds it by more than 2^τ (τ = 8); otherwise the block's exponentials use the old one
 //     and O keeps its scale. Exact: O / l has the same reference in numerator and denominator, so
-//     any reference gives the same row (the header's proof); P stays ≤ 2^8. The O rescale's FMULs
-//     are skipped when no row of the warp moved (a warp vote, so the branch is uniform).
+//     any reference gives the same row (the header's proof); P stays ≤ 2^8. O's rescale is skipped
+//     when no row of the warp moved (a warp vote, so the branch is uniform and the FMULs are not
+//     issued).
 //
 // Everything else is step 31's main (pinned: one P buffer, keep_above_wait before wait_group 0, so
-// the exponentials and the polynomial's FFMAs both run under P_{i-1} V_{i-1}).
+// the exponentials and the polynomial's FFMAs all run under P_{i-1} V_{i-1}).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
