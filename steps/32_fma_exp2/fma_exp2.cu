@@ -398,9 +398,9 @@ std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
     using T = Tile<kHeadDim, Element, kPolyEvery, kLazy>;
-    const auto poly = kPolyEvery == kPolyNone ? std::string("MUFU only") : ladder::strprintf("poly 1/%d", kPolyEvery);
+    const auto poly = T::kPolyEvery == kPolyNone ? std::string("MUFU only") : ladder::strprintf("poly 1/%d", T::kPolyEvery);
     const auto name = ladder::strprintf("fma_exp2_kernel<D=%d,%dx%d,%d stages,%s%s%s>", kHeadDim, T::kBlockM,
-                                        T::kBlockN, T::kStages, poly.c_str(), kLazy ? ",lazy" : "", type);
+                                        T::kBlockN, T::kStages, poly.c_str(), T::kLazy ? ",lazy" : "", type);
     out.push_back(ladder::kernel(name, fma_exp2_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
     out.push_back(ladder::kernel(name + " causal,snake", fma_exp2_kernel<hopper::Snake, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
     out[out.size() - 2].dtype = out.back().dtype = ladder::dtype_of<Element>();
