@@ -432,6 +432,6 @@ LADDER_REGISTER_STEP(
         .add(variant<kPolyNone, true>("lazy_rescale", "31/pinned with the row max raised only past 2^8 and O's rescale skipped when no row of the warp moved")
                  .compared_with("31/pinned"))
         .add(variant<kPolyQuarter, true>("poly_lazy", "poly_quarter with the lazy rescale").compared_with("32/poly_quarter"))
-        .main_is("poly_lazy"));
+        .main_is("lazy_rescale"));
 
 }  // namespace
