@@ -526,7 +526,9 @@ stage_crosscheck() {
   for id in $(variants_of main "${steps[@]}"); do [[ " ${ids[*]} " == *" $id "* ]] || ids+=("$id"); done
   for dt in "${dtypes[@]}"; do
     local use=("${ids[@]}")
-    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 "${steps[@]}" 99 | sort))
+    # The steps of every id, not only --steps' (an id of another step was dropped from bf16 before).
+    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) \
+      <(variants_of bf16 $(printf '%s\n' "${ids[@]%%/*}" | sort -u) | sort))
     peers_run "crosscheck$(sfx "$dt")" --grid "${ROUND_CROSSCHECK_GRID:-part4}" --dtype "$dt" --ladder-lib "$capi" \
       --ladder-variants "$(csv "${use[@]}")" || rc=1
   done
