@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/device/mma_fragments.cuh"
+#include "common/lazy_rescale.hpp"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
 
@@ -66,6 +67,40 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&
         sum += p;
       }
     row_sum[h] = row_sum[h] * rescale[h] + sum;  // per-thread partial; reduced over the quad at the end
+  }
+}
+
+// The same with FlashAttention-4's conditional rescaling (common/lazy_rescale.hpp, chapter 32): a
+// row's reference max moves only when the block's max exceeds it by more than 2^τ, and `moved`
+// says whether it did; when it did not, rescale is exactly exp2(0) = 1 and the caller may skip O's
+// rescale (warp-uniformly: chapter 32's vote). Exact arithmetic: O and l always share the
+// reference, which cancels in O / l.
+template <int kBlockN>
+__device__ __forceinline__ void online_softmax_lazy(float (&s)[kBlockN / 2], float (&row_max)[2],
+                                                    float (&row_sum)[2], float scale_log2,
+                                                    float (&rescale)[2], bool (&moved)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = fmaxf(s[2 * h], s[2 * h + 1]);
+#pragma unroll
+    for (int j = 1; j < kBlockN / 8; ++j)
+      m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    m = frag::quad_max(m);  // the block's max, the same in the row's four threads
+    moved[h] = must_raise_max(row_max[h], m, scale_log2);
+    m = moved[h] ? m : row_max[h];
+    const float m_scaled = (m == -INFINITY) ? 0.f : m * scale_log2;
+    rescale[h] = ptx::exp2_approx(row_max[h] * scale_log2 - m_scaled);
+    row_max[h] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_scaled));
+        s[4 * j + 2 * h + e] = p;
+        sum += p;
+      }
+    row_sum[h] = row_sum[h] * rescale[h] + sum;
   }
 }
 
