@@ -159,7 +159,8 @@ def check_sass(cuobjdump, exe, build, lines, failures):
     lines.append(f"  SASS of {KERNEL_NAME} (G: HGMMA, A: WARPGROUP.ARRIVE, W1/W0: WARPGROUP.DEPBAR.LE gsb0, 0x1/0x0, "
                  "e: MUFU.EX2, B: a branch):")
     lines.append(f"    {a['order']}")
-    lines.append(f"  (the whole SASS: {build / 'overlap.sass'})")
+    sass = (build / "overlap.sass").resolve()
+    lines.append(f"  (the whole SASS: {sass.relative_to(ROOT) if sass.is_relative_to(ROOT) else sass})")
     if a["hgmma"] != EXPECTED_HGMMA:
         failures.append(f"the kernel issues {a['hgmma']} HGMMA, not {EXPECTED_HGMMA} (4 for S, 8 for P·V): "
                         "the products are outside the region and must stay as they are")
@@ -180,9 +181,8 @@ def check_sass(cuobjdump, exe, build, lines, failures):
 # ---- the verdict ------------------------------------------------------------------------------
 def verdict(lines, failures, not_run):
     print()
-    for ln in lines:
+    for ln in lines:  # the figures, right above the verdict (round.sh keeps them from there)
         print(ln)
-    print()
     if failures:
         print(f"{LAB}: FAIL ({len(failures)} check{'s' if len(failures) != 1 else ''} failed)")
         for f in failures:
