@@ -126,12 +126,13 @@ def compile_kernel(nvcc, source, build):
 
 # ---- 3. the SASS ------------------------------------------------------------------------------
 def analyse(body):
-    """The events of one kernel and the placement figures: {order, hgmma, exp, under, after, waits}."""
+    """The events of one kernel (wait_placement's legend) and the figures: the compressed order, the
+    HGMMA and MUFU.EX2 counts, and the exponentials between the last HGMMA issue and the first
+    W0 after it (under the product) and after that W0; under is None without such a W0."""
     events = [e for e in (wait_placement.event(x) for x in body) if e]
     res = {"order": wait_placement.compress(events),
            "hgmma": sum(e in ("G", "G|") for e in events),
            "exp": events.count("e"),
-           "waits0": events.count("W0"),
            "under": None, "after": None}
     last_issue = max((i for i, e in enumerate(events) if e in ("G", "G|")), default=None)
     if last_issue is None:
@@ -154,7 +155,7 @@ def check_sass(cuobjdump, exe, build, lines, failures):
     if len(kernels) != 1:
         failures.append(f"expected one {KERNEL_NAME} in the SASS, found {len(kernels)}")
         return
-    (name, body), = kernels.items()
+    (_, body), = kernels.items()
     a = analyse(body)
     lines.append(f"  SASS of {KERNEL_NAME} (G: HGMMA, A: WARPGROUP.ARRIVE, W1/W0: WARPGROUP.DEPBAR.LE gsb0, 0x1/0x0, "
                  "e: MUFU.EX2, B: a branch):")
@@ -179,7 +180,9 @@ def check_sass(cuobjdump, exe, build, lines, failures):
 
 
 # ---- the verdict ------------------------------------------------------------------------------
-def verdict(lines, failures, not_run):
+def verdict(lines, failures, note=None, code=PASS):
+    """Prints the figures and the verdict; returns the exit code. `note` replaces PASS when a part
+    did not run (`code` then says whether that is a pass, --cpu, or a skip, 77)."""
     print()
     for ln in lines:  # the figures, right above the verdict (round.sh keeps them from there)
         print(ln)
@@ -188,11 +191,8 @@ def verdict(lines, failures, not_run):
         for f in failures:
             print(f"  - {f}")
         return FAIL
-    if not_run:
-        print(f"{LAB}: {not_run}")
-        return SKIP if not not_run.startswith("CPU parts PASS") else PASS
-    print(f"{LAB}: PASS")
-    return PASS
+    print(f"{LAB}: {note or 'PASS'}")
+    return code if note else PASS
 
 
 def run(args):
@@ -210,13 +210,13 @@ def run(args):
     why = check_region(source, reference)
     if why:
         failures.append(why)
-        return verdict(lines, failures, None)
+        return verdict(lines, failures)
     lines.append("  outside the marked region: the reference's, line for line")
 
     # 2. The compile.
     nvcc = find_nvcc(args.nvcc)
     if not nvcc:
-        return verdict(lines, failures, "SKIPPED (no nvcc: put the CUDA toolkit's bin on PATH, or pass --nvcc)")
+        return verdict(lines, failures, "SKIPPED (no nvcc: put the CUDA toolkit's bin on PATH, or pass --nvcc)", SKIP)
     exe, regs = compile_kernel(nvcc, source, build)
     if exe is None:
         print(regs)
@@ -233,9 +233,11 @@ def run(args):
         sass_skipped = ("SKIPPED: no cuobjdump, so the SASS was not read (it is in the CUDA toolkit's bin, or "
                         "`pip install nvidia-cuda-cuobjdump`; or pass --cuobjdump PATH / set CUOBJDUMP)")
     if failures:
-        return verdict(lines, failures, None)
+        return verdict(lines, failures)
     if args.cpu:
-        return verdict(lines, failures, sass_skipped or "CPU parts PASS (--cpu: the kernel was compiled, not run)")
+        if sass_skipped:
+            return verdict(lines, failures, sass_skipped, SKIP)
+        return verdict(lines, failures, "CPU parts PASS (--cpu: the kernel was compiled, not run)", PASS)
 
     # 4. The kernel on the GPU.
     try:
@@ -246,11 +248,12 @@ def run(args):
     lines += ["  " + ln for ln in out.splitlines()]
     if rc == SKIP:
         return verdict(lines, failures, sass_skipped or (
-            "NOT CHECKED ON A GPU. Your kernel compiled and the SASS check passed; the kernel itself has not been run."))
+            "NOT CHECKED ON A GPU. Your kernel compiled and the SASS check passed; the kernel itself has not been run."),
+            SKIP)
     if rc != 0:
         failures.append(f"the kernel's outputs (driver exit {rc}): " + (out.splitlines()[-1] if out else "no output"))
-        return verdict(lines, failures, None)
-    return verdict(lines, failures, sass_skipped)
+        return verdict(lines, failures)
+    return verdict(lines, failures, sass_skipped, SKIP)
 
 
 # ---- the checker's own test --------------------------------------------------------------------
