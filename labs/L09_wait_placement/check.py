@@ -11,14 +11,14 @@
   4. with an H100/H200: the kernel runs, and o and l are compared with an fp64 CPU reference.
 
 Parts 1-3 need no GPU. Exit: 0 every check passed; 1 a check failed (the lines say which and why);
-2 bad usage or your file did not compile; 77 what could run passed, but part 4 found no GPU (or
---cpu left it out, exit 0 then), or no cuobjdump was found for part 3 (skipped).
+2 bad usage or your file did not compile; 77 what could run passed, but part 4 found no GPU (with
+--cpu, exit 0 then), or no cuobjdump/nvdisasm was found for part 3 (skipped).
 
 Options: --solution (the reference in solution/), --file PATH (another copy of the kernel file),
---cpu (parts 1-3 only), --nvcc PATH, --cuobjdump PATH (or $CUOBJDUMP), --build DIR (where the
-executable and the SASS go; default build/labs-L09[-solution]), --no-time (accepted: this lab
-times nothing), --selftest (the checker's own test: known-bad files must fail with the right
-diagnosis).
+--cpu (parts 1-3 only), --nvcc PATH, --cuobjdump PATH, --nvdisasm PATH (or $CUOBJDUMP,
+$NVDISASM), --build DIR (where the executable and the SASS go; default build/labs-L09[-solution]),
+--no-time (accepted: this lab times nothing), --selftest (the checker's own test: known-bad files
+must fail with the right diagnosis).
 """
 import argparse
 import os
@@ -90,16 +90,18 @@ def find_nvcc(given):
     return None
 
 
-def find_cuobjdump(given, nvcc):
-    """cuobjdump: --cuobjdump, $CUOBJDUMP, PATH, next to nvcc, or where PyPI's nvidia-cuda-cuobjdump
-    wheel puts it in this Python's site-packages."""
-    cands = [given, os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump")]
+def find_tool(tool, given, nvcc):
+    """cuobjdump or nvdisasm (cuobjdump -sass runs it): the option, $CUOBJDUMP or $NVDISASM, PATH,
+    next to nvcc, in .deps/cuobjdump/bin (where scripts/install-deps.sh unpacks PyPI's
+    nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm), or where pip installs those wheels in this
+    Python's site-packages."""
+    cands = [given, os.environ.get(tool.upper()), shutil.which(tool)]
     if nvcc:
-        cands.append(str(pathlib.Path(nvcc).resolve().parent / "cuobjdump"))
+        cands.append(str(pathlib.Path(nvcc).resolve().parent / tool))
+    cands.append(str(ROOT / ".deps" / "cuobjdump" / "bin" / tool))
     for key in ("purelib", "platlib"):
         site = pathlib.Path(sysconfig.get_paths()[key]) / "nvidia"
-        cands += [str(p) for p in sorted(site.glob("cu*/bin/cuobjdump"))]
-        cands.append(str(site / "cuda_cuobjdump" / "bin" / "cuobjdump"))
+        cands += [str(p) for p in sorted(site.glob(f"cu*/bin/{tool}"))]
     for c in cands:
         if c and os.access(c, os.X_OK):
             return c
@@ -145,8 +147,9 @@ def analyse(body):
     return res
 
 
-def check_sass(cuobjdump, exe, build, lines, failures):
-    r = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True)
+def check_sass(cuobjdump, nvdisasm, exe, build, lines, failures):
+    env = dict(os.environ, PATH=str(pathlib.Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run([cuobjdump, "-sass", str(exe)], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         failures.append(f"cuobjdump -sass failed: {r.stderr.strip()[:300]}")
         return
@@ -225,13 +228,16 @@ def run(args):
     lines.append(f"  compiled for sm_90a ({nvcc}){': ' + regs if regs else ''}")
 
     # 3. The SASS.
-    cuobjdump = find_cuobjdump(args.cuobjdump, nvcc)
+    cuobjdump = find_tool("cuobjdump", args.cuobjdump, nvcc)
+    nvdisasm = find_tool("nvdisasm", args.nvdisasm, nvcc)
     sass_skipped = None
-    if cuobjdump:
-        check_sass(cuobjdump, exe, build, lines, failures)
+    if cuobjdump and nvdisasm:
+        check_sass(cuobjdump, nvdisasm, exe, build, lines, failures)
     else:
-        sass_skipped = ("SKIPPED: no cuobjdump, so the SASS was not read (it is in the CUDA toolkit's bin, or "
-                        "`pip install nvidia-cuda-cuobjdump`; or pass --cuobjdump PATH / set CUOBJDUMP)")
+        missing = " and ".join(t for t, p in (("cuobjdump", cuobjdump), ("nvdisasm", nvdisasm)) if not p)
+        sass_skipped = (f"SKIPPED: no {missing} (cuobjdump -sass runs nvdisasm), so the SASS was not read. Both are "
+                        "in the CUDA toolkit's bin; scripts/install-deps.sh fetches them into .deps/ from PyPI; or "
+                        "pass --cuobjdump/--nvdisasm PATH, or set CUOBJDUMP/NVDISASM")
     if failures:
         return verdict(lines, failures)
     if args.cpu:
@@ -283,8 +289,9 @@ def selftest(args):
             cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--cpu", "--file", str(f), "--build", str(f.parent)]
             if args.nvcc:
                 cmd += ["--nvcc", args.nvcc]
-            if args.cuobjdump:
-                cmd += ["--cuobjdump", args.cuobjdump]
+            for tool in ("cuobjdump", "nvdisasm"):
+                if getattr(args, tool):
+                    cmd += [f"--{tool}", getattr(args, tool)]
             r = subprocess.run(cmd, capture_output=True, text=True)
             out = r.stdout + r.stderr
             if r.returncode == SKIP and "SKIPPED" in out:
@@ -308,6 +315,7 @@ def main(argv):
     ap.add_argument("--no-time", action="store_true", help="accepted; this lab times nothing")
     ap.add_argument("--nvcc")
     ap.add_argument("--cuobjdump")
+    ap.add_argument("--nvdisasm")
     ap.add_argument("--build", help="where the executable and the SASS go")
     ap.add_argument("--selftest", action="store_true", help="the checker's own test")
     try:
