@@ -82,3 +82,50 @@ else
   echo "note: no pip for python3, so the cuDNN frontend headers were not fetched; the ladder will" \
        "build without the cuDNN row (install python3-pip and run this again to add it)" >&2
 fi
+
+# cuobjdump and the nvdisasm it runs for -sass, for lab L09's SASS check (labs/L09_wait_placement/):
+# the toolkit's own where it has them; else the one binary of each of PyPI's nvidia-cuda-cuobjdump
+# and nvidia-cuda-nvdisasm wheels, unpacked into .deps/cuobjdump/bin (ignored by git), where the
+# lab's checker and CMake look. Nothing here is required: without them lab L09 compiles the
+# learner's file and says SKIPPED (exit 77) instead of reading the SASS.
+sass_tools_version=${LADDER_SASS_TOOLS_VERSION:-13.5.37}
+ob_dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/cuobjdump"
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+for tool in cuobjdump nvdisasm; do
+  if command -v "$tool" >/dev/null 2>&1; then
+    echo "$tool: $(command -v "$tool")"
+  elif [ -x "$nvcc_dir/$tool" ]; then
+    echo "$tool: $nvcc_dir/$tool"
+  elif [ -x "$ob_dir/bin/$tool" ]; then
+    echo "$tool: $ob_dir/bin/$tool"
+  elif python3 -m pip --version >/dev/null 2>&1; then
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" \
+         "nvidia-cuda-$tool==$sass_tools_version" >"$tmp/pip.log" 2>&1 &&
+       python3 - "$tmp" "$ob_dir" "$tool" <<'PY'
+import pathlib, sys, zipfile
+tmp, dest, tool = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+wheel = next(tmp.glob(f"nvidia_cuda_{tool}-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.endswith(f"/bin/{tool}")]
+    if len(names) != 1:
+        sys.exit(f"{wheel.name} has no single bin/{tool}")
+    (dest / "bin").mkdir(parents=True, exist_ok=True)
+    target = dest / "bin" / tool
+    partial = dest / "bin" / f"{tool}.partial"  # renamed into place once complete
+    partial.write_bytes(z.read(names[0]))
+    partial.chmod(0o755)
+    partial.rename(target)
+print(f"{tool}: {target} (from {wheel.name})")
+PY
+    then
+      rm -rf "$tmp"
+    else
+      echo "note: could not fetch $tool (nvidia-cuda-$tool==$sass_tools_version from PyPI; see" \
+           "$tmp/pip.log); lab L09 will compile your file but not read its SASS" >&2
+    fi
+  else
+    echo "note: no pip for python3, so $tool was not fetched; lab L09 will compile your file but not" \
+         "read its SASS (install python3-pip and run this again, or put $tool on PATH)" >&2
+  fi
+done
