@@ -1,28 +1,19 @@
 // Step 31 — the softmax under its own P·V, pinned there in the SASS.
 //
-// From step 19 on, iteration i issues S_i = Q K_iᵀ and then P_{i-1} V_{i-1}, waits for the first
-// (wgmma.wait_group 1), runs block i's softmax, and only then waits for the second (wait_group 0):
-// in the source the exponentials run while the tensor cores still work on P_{i-1} V_{i-1}. In the
-// SASS they do not. ptxas places the WARPGROUP.DEPBAR of the second wait where it likes, and with
-// an RS product in flight (P read from registers) it likes it early: 36 instructions after the
-// first wait, above all 64 MUFU.EX2 of the block, whatever the source does around it (chapter 19
-// lists the attempts). The in-warpgroup overlap, FlashAttention-3's first schedule, never ran; only
-// the ping-pong (the other warpgroup's products under this one's softmax) did.
-//
-// The fix is a dependence ptxas must respect. It keeps shared-memory stores in program order with
-// the wait, so a store that reads the row sums, placed just before the wait, holds every
-// exponential above it (each feeds a sum). The store never executes and writes nowhere
-// (keep_above_wait, wgmma.cuh). That is the whole change from step 21 in the main variant:
+// From step 19 on, the source runs block i's softmax between wgmma.wait_group 1 (S_i done) and
+// wait_group 0 (P_{i-1} V_{i-1} done), under the second product. In the SASS it does not: with an
+// RS product in flight ptxas puts the second WARPGROUP.DEPBAR above all 64 MUFU.EX2 of the block
+// (chapter 19 lists what did not move it). The fix is a dependence ptxas keeps: a shared-memory
+// store of the row sums just before the wait, which every exponential feeds, predicated never to
+// execute (keep_above_wait, wgmma.cuh). The variants:
 //
 //   * pinned (main): one P buffer, as before; P_i is converted into it after the wait (the
 //     product in flight reads P_{i-1} from those registers);
-//   * two_p: P in two register buffers, P_{i-1} the operand in flight and P_i written beside it,
-//     so the conversions run under the product too. The buffer a block uses alternates, so the
-//     loop takes blocks in pairs (odd, even) for the indices to stay compile-time; at D = 128 the
-//     second buffer's 32 registers do not fit beside S and O (the variant refuses it).
+//   * two_p: P_{i-1} and P_i in two register buffers, so the conversions run under the product
+//     too; the loop takes blocks in pairs (odd, even) to keep the indices compile-time. D = 64
+//     only: at D = 128 the second buffer does not fit beside S and O.
 //
-// Everything else is step 21's kernel: the snake over the causal tile list, the row walk without
-// a mask, the 3-stage ring, the TMA store epilogue.
+// Everything else is step 21's kernel (snake / row walk, the 3-stage ring, the TMA store).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
