@@ -13,32 +13,20 @@ A kernel keeps the overlap when all three are inside the window (outside = 0).
 
   scripts/sass_exp2.py OBJ.o|FILE.sass [KERNEL_SUBSTRING]   (cuobjdump on PATH for a .o)
 """
+import pathlib
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from wait_placement import functions_with_addresses, sass_text  # noqa: E402
 
 # The immediates ptxas prints for the cubic's c2 and c1 (common/exp2_poly.hpp) and Horner's last 1.
 POLY_IMMEDIATES = ("0.22630769014358520508", "0.69542431831359863281", " 1 ")
 
 
-def sass_text(path):
-    if path.endswith(".sass") or path.endswith(".txt"):
-        return open(path).read()
-    return subprocess.run(["cuobjdump", "-sass", path], check=True, capture_output=True, text=True).stdout
-
-
 def functions(text):
-    out, cur = {}, None
-    for line in text.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            out[cur] = []
-            continue
-        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if cur and m:
-            out[cur].append((int(m.group(1), 16), m.group(2) + " "))
-    return out
+    # wait_placement's parser; a trailing space keeps the immediate matches below simple
+    return {name: [(a, x + " ") for a, x in ins] for name, ins in functions_with_addresses(text).items()}
 
 
 def kind(s):

@@ -8,24 +8,16 @@ UMOV and VOTEU counts. Two builds of the same kernels side by side show where on
 Kernels are printed by their demangled-enough template arguments, so the old and the new build of
 one kernel can be matched by eye. Used for the re-cut's before/after (docs/part4_hopper.md).
 """
+import pathlib
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from wait_placement import functions_with_addresses, sass_text  # noqa: E402
 
 
 def functions(obj):
-    sass = subprocess.run(["cuobjdump", "-sass", obj], check=True, capture_output=True, text=True).stdout
-    out, cur = {}, None
-    for line in sass.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            out[cur] = []
-            continue
-        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if cur and m:
-            out[cur].append((int(m.group(1), 16), m.group(2)))
-    return out
+    return functions_with_addresses(sass_text(obj))
 
 
 def loops(ins):

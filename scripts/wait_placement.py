@@ -25,8 +25,9 @@ def sass_text(path):
         return f.read()
 
 
-def functions(text):
-    """{kernel name: [instruction text, ...]} from cuobjdump -sass output."""
+def functions_with_addresses(text):
+    """{kernel name: [(address, instruction text), ...]} from cuobjdump -sass output (the parser
+    scripts/sass_loops.py and scripts/sass_exp2.py share)."""
     out, cur = {}, None
     for line in text.splitlines():
         m = re.search(r"Function : (\S+)", line)
@@ -34,10 +35,15 @@ def functions(text):
             cur = m.group(1)
             out[cur] = []
             continue
-        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if cur is not None and m:
-            out[cur].append(m.group(1))
+            out[cur].append((int(m.group(1), 16), m.group(2)))
     return out
+
+
+def functions(text):
+    """{kernel name: [instruction text, ...]} from cuobjdump -sass output."""
+    return {name: [s for _, s in ins] for name, ins in functions_with_addresses(text).items()}
 
 
 def event(ins):
