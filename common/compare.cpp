@@ -30,6 +30,12 @@ std::string ErrorStats::verdict() const {
   return fmt::format("FAIL: max error {:.3g} > tolerance {:.3g}", max_abs, tolerance);
 }
 
+std::string ErrorStats::approx_verdict(const std::string& why) const {
+  const double error = worst_error > 0 ? worst_error : max_abs;
+  const double ratio = tolerance > 0 ? error / tolerance : 0;
+  return fmt::format("approx: {} (error {:.1f}× the tolerance)", why, ratio);
+}
+
 ErrorStats compare_with_reference(std::span<const double> kernel, std::span<const double> fp64,
                                   std::span<const double> lowprec, double abs_term) {
   ErrorStats e;

@@ -26,6 +26,9 @@ struct ErrorStats {
   double worst_error = 0;       // row-wise rule: the error of the row nearest its tolerance
   bool pass = false;
   std::string verdict() const;  // "pass", or why not
+  // What an approximate variant's row says instead of verdict(): "approx: <why> (error k× the
+  // tolerance)", k the worst row's error over its tolerance. Never the word FAIL.
+  std::string approx_verdict(const std::string& why) const;
   // For an experiment that trades accuracy on purpose (Variant::approximate): every value written
   // and finite, a finite reference, and the worst row's error at most `slack` times its tolerance.
   bool within(double slack) const;
