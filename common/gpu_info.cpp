@@ -154,6 +154,19 @@ std::string git_commit() {
   return build_info().commit;
 }
 
+// The environment (scripts/round.sh exports scripts/tree_state.py's answer for the copy it runs
+// in) before the build's own record: a binary carried to another tree describes that tree only
+// through them.
+std::string git_dirty() {
+  if (const char* env = std::getenv("LADDER_GIT_DIRTY"); env && *env) return env;
+  return build_info().dirty.empty() ? "unknown" : build_info().dirty;
+}
+
+std::string tree_hash() {
+  if (const char* env = std::getenv("LADDER_TREE_HASH"); env && *env) return env;
+  return build_info().tree_hash;
+}
+
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};

@@ -49,6 +49,8 @@ void refresh_clocks(GpuInfo& info);
 std::string describe_clock_events(unsigned long long mask);
 
 std::string git_commit();   // LADDER_GIT_COMMIT from the environment, else the build's commit
+std::string git_dirty();    // "true" | "false" | "unknown": LADDER_GIT_DIRTY, else the build's
+std::string tree_hash();    // the tracked files' hash: LADDER_TREE_HASH, else the build's ("" if none)
 std::string utc_now();      // ISO 8601
 std::string host_name();
 

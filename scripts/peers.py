@@ -775,6 +775,18 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
     return 1 if failed else 0
 
 
+def tree_provenance():
+    """The code measured: commit, dirty (true|false|unknown) and the tracked files' hash, from
+    scripts/round.sh's exports (scripts/tree_state.py run in the copy), else asked here."""
+    if os.environ.get("LADDER_GIT_DIRTY") and os.environ.get("LADDER_TREE_HASH"):
+        return {"git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
+                "git_dirty": os.environ["LADDER_GIT_DIRTY"], "tree_hash": os.environ["LADDER_TREE_HASH"]}
+    import tree_state  # scripts/ is on sys.path: this file's folder
+    st, _ = tree_state.state()
+    return {"git_commit": os.environ.get("LADDER_GIT_COMMIT") or st["commit"], "git_dirty": st["dirty"],
+            "tree_hash": st["tree_hash"]}
+
+
 def gpu_provenance():
     props = torch.cuda.get_device_properties(0)
     info = {"name": props.name, "sm_count": props.multi_processor_count,
@@ -870,7 +882,7 @@ def main(argv=None):
         provenance = {
             "gpu": gpu,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git_commit": os.environ.get("LADDER_GIT_COMMIT", "unknown"),
+            **tree_provenance(),
             "command_line": " ".join(["scripts/peers.py"] + (argv if argv is not None else sys.argv[1:])),
             "fa4": ({"version": fa4_version} if fa4 is not None else {"skipped": fa4_version}),
             "ladder_libs": libs.paths if libs else {},

@@ -36,8 +36,8 @@ void print_gpu(const ladder::GpuInfo& g) {
     fmt::print("clocks now: SM {} MHz (max {}), memory {} MHz; ", *g.sm_clock_mhz,
                g.max_sm_clock_mhz.value_or(0), g.mem_clock_mhz.value_or(0));
   const auto& b = ladder::build_info();
-  fmt::print("commit {}, nvcc {}, {} build for {}\n", ladder::git_commit(), b.nvcc, b.build_type,
-             b.architectures);
+  fmt::print("commit {} (dirty: {}), nvcc {}, {} build for {}\n", ladder::git_commit(), ladder::git_dirty(),
+             b.nvcc, b.build_type, b.architectures);
 }
 
 }  // namespace
