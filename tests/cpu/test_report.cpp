@@ -62,6 +62,10 @@ TEST_CASE("results JSON round trip", "[json]") {
   CHECK(j["provenance"]["gpu"]["temperature_c"].is_null());
   CHECK(j["provenance"]["command_line"] == "ladder --n 4096");
   CHECK(j["provenance"].contains("git_commit"));
+  // Which code: the dirty flag is always one of three words, and a hash accompanies "unknown".
+  const std::string dirty = j["provenance"]["git_dirty"];
+  CHECK((dirty == "true" || dirty == "false" || dirty == "unknown"));
+  if (dirty == "unknown") CHECK(j["provenance"]["tree_hash"].is_string());
   const auto& rows = j["runs"][0]["rows"];
   REQUIRE(rows.size() == 2);
   CHECK(rows[0]["id"] == "05/bc32");
