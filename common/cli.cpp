@@ -168,6 +168,12 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_flag("--no-check", no_check, "Time only; skip the CPU reference")->group(run);
   app.add_option("--ref-rows", o.run.max_reference_rows, "Most rows checked against the fp64 reference")
       ->check(kPositive)->group(run);
+  app.add_option("--grid-sms", o.run.grid_sms,
+                 "Tell the launches the GPU has K SMs (1 up to its own count; default: all): a "
+                 "persistent grid then has at most K CTAs, each walking many tiles of a small "
+                 "problem, and a split-KV decode plans its splits for K SMs. For the sanitizer "
+                 "(scripts/sanitize.sh): times measured with it are not the GPU's")
+      ->check(kPositive)->group(run);
   app.add_flag("--no-resources", no_resources, "Do not print the kernels' resource table")->group(run);
   app.add_flag("--no-peers", no_peers, "Leave out the library rows (cuDNN, cuBLAS) of each track")->group(run);
   app.add_option("--json", o.json_path, "Write every result, with provenance, to this JSON file")->group(run);
@@ -346,6 +352,8 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
     if (!o.track.empty() && step.track != o.track) continue;
     for (std::size_t i = 0; i < step.variants.size(); ++i) {
       const std::string id = variant_id(step, step.variants[i]);
+      // A test-only variant (a stress test) runs only when named: never in the ladder's table.
+      if (o.variants.empty() && !step.variants[i].test_only.empty()) continue;
       if (!o.variants.empty()) {
         auto hit = std::find_if(o.variants.begin(), o.variants.end(), [&](const std::string& v) {
           return v == id || v == step.variants[i].name;
@@ -371,10 +379,15 @@ std::string list_steps(const Registry& registry, int only_step) {
                        step.improves_on.empty() ? "" : fmt::format(" (improves on {})", step.improves_on));
     for (std::size_t i = 0; i < step.variants.size(); ++i) {
       const Variant& v = step.variants[i];
+      if (!v.test_only.empty()) continue;  // listed apart, below the rungs
       out += fmt::format("     {:<22} {}{}{}  [{}]\n", variant_id(step, v), v.description,
                          v.peer ? " (peer)" : "", int(i) == step.main_variant && step.variants.size() > 1 ? " (main)" : "",
                          v.constraints.describe());
     }
+    for (const Variant& v : step.variants)
+      if (!v.test_only.empty())
+        out += fmt::format("     (test only) {} runs only when named (--variant {}): {}. {}\n",
+                           variant_id(step, v), variant_id(step, v), v.test_only, v.description);
   }
   return out;
 }

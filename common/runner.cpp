@@ -20,6 +20,7 @@
 #include "common/npy.hpp"
 #include "common/random.hpp"
 #include "common/reference.hpp"
+#include "common/reference_cache.hpp"
 #include "common/reference_gpu.hpp"
 
 namespace ladder {
@@ -486,8 +487,20 @@ void add_copy_ceiling(Session& session, ProblemRun& run, const AttentionShape& s
 
 }  // namespace
 
+int launch_sm_count(const Session& session, const RunOptions& options) {
+  if (options.grid_sms <= 0) return session.gpu.sm_count;
+  // More CTAs than SMs would not be resident together, and the dynamic tile scheduler and the
+  // split-KV workspace are sized for the GPU's count: a smaller count only is meaningful.
+  if (options.grid_sms > session.gpu.sm_count)
+    throw UsageError(fmt::format("--grid-sms {}: this GPU has {} SMs; give 1 to {} (or leave the "
+                                 "option out for all of them)",
+                                 options.grid_sms, session.gpu.sm_count, session.gpu.sm_count));
+  return options.grid_sms;
+}
+
 ProblemRun run_attention(Session& session, const AttentionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options) {
+  const int sm_count = launch_sm_count(session, options);  // before any work: a bad value is a usage error
   nlohmann::json shape_json = {{"batch", shape.batch}, {"heads", shape.heads}, {"seqlen", shape.seqlen},
                                {"head_dim", shape.head_dim}, {"causal", shape.causal},
                                {"dtype", dtype_name(shape.dtype)}, {"q_scale", options.q_scale},
@@ -549,8 +562,15 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   if (options.check) {
     const double work = double(shape.max_kv_len()) * shape.head_dim * 2;
     const auto selected = select_attention_rows(shape, reference_rows(options, work), options.seed);
-    ref64 = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Fp64);
-    reflow = attention_reference(shape, q.value, k.value, v.value, selected, Precision::Low);
+    // The test suite's entries share these (common/reference_cache.hpp); the key is every input.
+    KeyHash key;
+    key.shape(shape).values(std::span<const std::int64_t>(selected));
+    key.values(std::span<const float>(q.value)).values(std::span<const float>(k.value));
+    key.values(std::span<const float>(v.value));
+    for (const Precision p : {Precision::Fp64, Precision::Low})
+      (p == Precision::Fp64 ? ref64 : reflow) = cached_reference(KeyHash(key).value(p).get(), [&] {
+        return attention_reference(shape, q.value, k.value, v.value, selected, p);
+      });
   }
 
   // The tensors' dimensions as the layouts give them (common/problem.hpp), for --save.
@@ -607,7 +627,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
                        reinterpret_cast<__half*>(dout.get()),
                        dlse.get(),
                        workspace->get(),
-                       session.gpu.sm_count,
+                       sm_count,
                        session.gpu.l2_bytes};
     if (shape.varlen()) {
       args.cu_seqlens_q = dcu_q.get();
@@ -806,7 +826,12 @@ namespace {
 void check_gpu_forward(const AttentionShape& shape, const Tensor16& q, const Tensor16& k,
                        const Tensor16& v, const Tensor16& d_o, const BackwardStats& gpu,
                        std::span<const std::int64_t> rows) {
-  const AttentionRows cpu = attention_reference(shape, q.value, k.value, v.value, rows, Precision::Fp64);
+  KeyHash key;  // shared by the backward steps' test entries (common/reference_cache.hpp)
+  key.shape(shape).values(rows).values(std::span<const float>(q.value)).values(std::span<const float>(k.value));
+  key.values(std::span<const float>(v.value)).value(Precision::Fp64);
+  const AttentionRows cpu = cached_reference(key.get(), [&] {
+    return attention_reference(shape, q.value, k.value, v.value, rows, Precision::Fp64);
+  });
   const int d = shape.head_dim;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const std::size_t row = std::size_t(rows[r]);
@@ -842,6 +867,7 @@ ErrorStats worst_gradient(const std::vector<std::pair<std::string, ErrorStats>>&
 
 ProblemRun run_backward(Session& session, const AttentionShape& shape,
                         std::span<const VariantRef> variants, const RunOptions& options) {
+  const int sm_count = launch_sm_count(session, options);  // before any work: a bad value is a usage error
   // Part V's backward is the dense problem's; Part VI's properties have no backward step yet.
   if (features_of(shape) != 0)
     throw UsageError(fmt::format("the backward track runs dense problems only (asked for {})",
@@ -903,9 +929,18 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
     const auto k_rows = select_rows(shape.rows(), shape.seqlen, budget, options.seed + 1);
     check_gpu_forward(shape, q, k, v, d_o, stats64, q_rows);
     const BackwardInputs in{q.value, k.value, v.value, d_o.value};
-    ref64 = backward_reference(shape, in, stats64, q_rows, k_rows, Precision::Fp64);
-    reflow = backward_reference(shape, in, backward_stats_low(shape, o_stored, d_o.value, lse_stored),
+    KeyHash key;  // every input of both references (common/reference_cache.hpp)
+    key.shape(shape).values(std::span<const std::int64_t>(q_rows)).values(std::span<const std::int64_t>(k_rows));
+    for (const auto& t : {in.q, in.k, in.v, in.d_o}) key.values(t);
+    key.values(std::span<const double>(stats64.lse)).values(std::span<const double>(stats64.delta));
+    key.values(std::span<const float>(o_stored)).values(std::span<const float>(lse_stored));
+    ref64 = cached_reference(KeyHash(key).value(Precision::Fp64).get(), [&] {
+      return backward_reference(shape, in, stats64, q_rows, k_rows, Precision::Fp64);
+    });
+    reflow = cached_reference(KeyHash(key).value(Precision::Low).get(), [&] {
+      return backward_reference(shape, in, backward_stats_low(shape, o_stored, d_o.value, lse_stored),
                                 q_rows, k_rows, Precision::Low);
+    });
   }
 
   std::string dir;
@@ -939,7 +974,7 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
     const BackwardArgs args{shape,        shape.softmax_scale(), in(dev_q),       in(dev_k),
                             in(dev_v),    in(dev_o),             in(dev_do),      dev_lse.get(),
                             out(dev_dq),  out(dev_dk),           out(dev_dv),     workspace->get(),
-                            session.gpu.sm_count, session.gpu.l2_bytes};
+                            sm_count,     session.gpu.l2_bytes};
     const auto launch = std::get<BackwardLaunch>(variant.launch);
 
     VariantHooks hooks;

@@ -50,6 +50,11 @@ struct RunOptions {
   float q_scale = 1.0f, k_scale = 1.0f;  // the large-logit case multiplies Q and K
   std::string save_dir;     // non-empty: write inputs and outputs as .npy here
   bool verbose = false;
+  // > 0: the SM count the launches are told (AttentionArgs / BackwardArgs::sm_count) instead of
+  // the GPU's, at most the GPU's (`--grid-sms`): a persistent grid of min(tiles, grid_sms) CTAs
+  // then walks several tiles per CTA at a small problem, and a split-KV decode plans its splits
+  // for that many SMs. For the sanitizer (scripts/sanitize.sh); a timing with it is not the GPU's.
+  int grid_sms = 0;
 };
 
 // The GPU state a sequence of runs shares.
@@ -65,6 +70,10 @@ struct Session {
   bool gemm_tried = false;
   explicit Session(const GpuInfo& info) : gpu(info), flusher(info.l2_bytes) {}
 };
+
+// The SM count a launch is told: the GPU's, or options.grid_sms; throws UsageError if that is
+// more than the GPU has.
+int launch_sm_count(const Session& session, const RunOptions& options);
 
 ProblemRun run_attention(Session& session, const AttentionShape& shape,
                          std::span<const VariantRef> variants, const RunOptions& options);
