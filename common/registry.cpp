@@ -155,6 +155,8 @@ void Registry::add(Step step) {
         kPeerStepsFrom));
   if (step.main_variant < 0 || step.main_variant >= int(step.variants.size()))
     throw std::logic_error(fmt::format("step {}: main variant {} out of range", step.number, step.main_variant));
+  if (!step.variants[std::size_t(step.main_variant)].test_only.empty())
+    throw std::logic_error(fmt::format("step {}: the main variant is a test, not a rung", step.number));
   auto pos = std::lower_bound(steps_.begin(), steps_.end(), step.number,
                               [](const Step& s, int n) { return s.number < n; });
   steps_.insert(pos, std::move(step));

@@ -259,6 +259,10 @@ struct Variant {
   // it must still write every element, finite, within kApproximateSlack (common/compare.hpp)
   // times the tolerance.
   std::string approximate;
+  // Non-empty: a test of the step, not a rung (a stress variant, say), and why. It is never in the
+  // ladder's table, its timing or --list's rows unless named (--variant 25/late_consumers); the
+  // GPU tests run it like any other variant.
+  std::string test_only;
   std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
 
   // The registration block's setters; each returns the variant so they chain.
@@ -298,6 +302,7 @@ struct Variant {
   Variant& nondeterministic() { deterministic = false; return *this; }
   Variant& as_peer() { peer = true; return *this; }
   Variant& approximate_because(std::string why) { approximate = std::move(why); return *this; }
+  Variant& test_only_because(std::string why) { test_only = std::move(why); return *this; }
   Variant& compared_with(std::string id) { improves_on = std::move(id); return *this; }
 
   std::size_t workspace_bytes(const Problem& p) const { return workspace ? workspace(p) : 0; }

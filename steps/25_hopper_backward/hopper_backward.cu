@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/check.hpp"
@@ -118,6 +119,21 @@ struct Tile {
     std::uint64_t empty[kStages];             // every consumer warp is done with stage s
   };
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
+  static constexpr bool kLateConsumers = false;  // the stress test's switch (LateConsumers below)
+};
+
+// 25/late_consumers, a test and not a rung: every consumer warp waits kLateCycles before it reads
+// a stage's lse and D, while the producer fills the other stage. A release placed before those
+// reads would let the producer overwrite them in that time; the gradients must not change
+// (tests/gpu/test_stress.cpp). A type of its own, so the measured kernels are untouched.
+template <class Base>
+struct LateConsumers : Base {
+  static constexpr bool kLateConsumers = true;
+  static constexpr long long kLateCycles = 20000;  // ~10 us: several bulk copies' latency
+  __device__ __forceinline__ static void be_late() {
+    for (const long long start = clock64(); clock64() - start < kLateCycles;) {
+    }
+  }
 };
 
 // ---- Fragment helpers (the accumulator layout of wgmma.cuh, rows = keys, columns = queries) ----
@@ -357,9 +373,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (decltype(masked)::value)
       mask_keys<kBlockM, kCausal>(s, kv_start + key_local, m * kBlockM, n, t);
     const float* lse = st.lse[stage];
+    if constexpr (T::kLateConsumers) T::be_late();
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);  // racecheck: see chapter 25, "What racecheck reports"
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         s[4 * j + 2 * h] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h], scale_log2, -l.x));
@@ -369,9 +386,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dp);
     const float* d = st.d[stage];
+    if constexpr (T::kLateConsumers) T::be_late();
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);
+      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);  // racecheck: see chapter 25, "What racecheck reports"
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dd.x);
@@ -544,13 +562,16 @@ void launch_tile(const BackwardArgs& args, cudaStream_t stream, bool heads_on_y)
 template <int kConsumers, int kHeadDim>
 inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
 template <int kHeadDim, class Element, int kConsumers>
-using TileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
+using MeasuredTileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
+template <int kHeadDim, class Element, int kConsumers, bool kLate = false>
+using TileOf = std::conditional_t<kLate, LateConsumers<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
+                                  MeasuredTileOf<kHeadDim, Element, kConsumers>>;
 
-template <int kConsumers, bool kHeadsOnY>
+template <int kConsumers, bool kHeadsOnY, bool kLate>
 void launch(const BackwardArgs& a, cudaStream_t stream) {
   auto body = [&]<class Element>() {
     ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-      using T = TileOf<kHeadDim, Element, kConsumers>;
+      using T = TileOf<kHeadDim, Element, kConsumers, kLate>;
       if (a.shape.causal) launch_tile<T, true>(a, stream, kHeadsOnY);
       else launch_tile<T, false>(a, stream, kHeadsOnY);
     });
@@ -559,13 +580,13 @@ void launch(const BackwardArgs& a, cudaStream_t stream) {
   else body.template operator()<__half>();
 }
 
-template <int kConsumers, int kHeadDim>
+template <int kConsumers, int kHeadDim, bool kLate>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using T = TileOf<kHeadDim, Element, kConsumers>;
-    const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s>", kHeadDim,
-                                        T::kBlockN, T::kBlockM, T::kStages, type);
+    using T = TileOf<kHeadDim, Element, kConsumers, kLate>;
+    const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
+                                        T::kBlockM, T::kStages, type, kLate ? ",late consumers" : "");
     auto add_one = [&](ladder::KernelInfo k) {
       k.dtype = ladder::dtype_of<Element>();
       out.push_back(std::move(k));
@@ -582,9 +603,9 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
-template <int kConsumers, bool kHeadsOnY = false>
+template <int kConsumers, bool kHeadsOnY = false, bool kLate = false>
 ladder::Variant variant(const char* name, const char* description) {
-  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY>);
+  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY, kLate>);
   // grid.y is the key blocks of a head, or (kHeadsOnY) the heads
   if (kHeadsOnY) v.batch_heads_on_grid_yz();
   else v.up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers);
@@ -595,7 +616,7 @@ ladder::Variant variant(const char* name, const char* description) {
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .nondeterministic()  // dQ: float adds from every key block, in no fixed order
       .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
-      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128>() : kernels<kConsumers, 64>(); });
+      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128, kLate>() : kernels<kConsumers, 64, kLate>(); });
 }
 
 LADDER_REGISTER_STEP(
@@ -609,6 +630,12 @@ LADDER_REGISTER_STEP(
         .add(variant<2, true>("head_by_head",
                               "two_consumers with the grid's axes swapped: the key blocks of one "
                               "head are dispatched together, so dQ's accumulators stay in L2"))
+        .add(variant<2, true, true>("late_consumers",
+                                    "head_by_head with every consumer warp late to read each stage's lse "
+                                    "and D (a clock spin): dK and dV must not change")
+                 .compared_with("25/head_by_head")
+                 .test_only_because("issue 22's stress test of the ring's release (chapter 25, "
+                                    "\"What racecheck reports\"); not a rung"))
         .main_is("head_by_head"));
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/peers/cudnn_attention.hpp"
 #include "common/registry.hpp"
 #include "tests/catch.hpp"
@@ -145,4 +146,68 @@ TEST_CASE("B·H above grid.y's 65535 is refused only by the variants whose grid 
   }
   CHECK(refused > 0);
   CHECK(accepted > 0);
+}
+
+// A test-only variant (Variant::test_only: step 25's late_consumers, issue 22's stress test) is a
+// test of its step, not a rung: the ladder's default selection, its timing and --list's rows of
+// rungs leave it out, it runs when named, nothing is compared against it, and it launches kernels
+// of its own (a stress test that launched the measured kernel would test nothing).
+TEST_CASE("a test-only variant stays out of the ladder unless named", "[registry][cli]") {
+  const Registry& registry = Registry::instance();
+  const Variant* late = registry.find_variant("25/late_consumers");
+  REQUIRE(late);
+  CHECK_FALSE(late->test_only.empty());
+
+  const auto all = select_variants(registry, CliOptions{}, -1);
+  int test_only_steps = 0;
+  for (const auto& step : registry.steps()) {
+    bool has_test_only = false;
+    for (std::size_t i = 0; i < step.variants.size(); ++i) {
+      const Variant& v = step.variants[i];
+      const std::string id = variant_id(step, v);
+      INFO(id);
+      const bool selected = std::any_of(all.begin(), all.end(), [&](const VariantRef& r) { return r.id() == id; });
+      if (v.test_only.empty()) {
+        // Nothing a rung or a table depends on is a test: not its baseline, not the step's main.
+        const std::string base = baseline_id(step, i);
+        if (const Variant* b = base.empty() ? nullptr : registry.find_variant(base)) CHECK(b->test_only.empty());
+        continue;
+      }
+      has_test_only = true;
+      CHECK_FALSE(selected);
+      CHECK(int(i) != step.main_variant);
+      CliOptions named;
+      named.variants = {id};
+      const auto one = select_variants(registry, named, -1);
+      CHECK(std::count_if(one.begin(), one.end(), [&](const VariantRef& r) { return r.id() == id; }) == 1);
+      CliOptions its_step;  // the step's own executable, no --variant: the rungs only
+      for (const auto& r : select_variants(registry, its_step, step.number)) CHECK(r.id() != id);
+      // At every head dimension it launches a kernel the step's main variant does not (function
+      // addresses; helper kernels, a preprocess say, may be shared).
+      REQUIRE(v.kernels);
+      const Variant& main = step.variants[std::size_t(step.main_variant)];
+      REQUIRE(main.kernels);
+      for (int d : head_dims_of(v)) {
+        INFO("D=" << d);
+        const auto theirs = main.kernels(d);
+        bool own = false;
+        for (const auto& k : v.kernels(d))
+          own = own || std::none_of(theirs.begin(), theirs.end(), [&](const KernelInfo& m) { return m.func == k.func; });
+        CHECK(own);
+      }
+    }
+    test_only_steps += has_test_only;
+  }
+  CHECK(test_only_steps > 0);
+
+  // --list: the test-only line is apart from the rungs' rows (which scripts read by their first
+  // field) and says how to run it.
+  const std::string text = list_steps(registry, 25);
+  const auto at = text.find("25/late_consumers");
+  REQUIRE(at != std::string::npos);
+  const auto line_start = text.rfind('\n', at) + 1;
+  const std::string line = text.substr(line_start, text.find('\n', at) - line_start);
+  CHECK(line.find("(test only)") != std::string::npos);
+  CHECK(line.find("--variant 25/late_consumers") != std::string::npos);
+  CHECK(line.find("(test only)") < line.find("25/late_consumers"));
 }
