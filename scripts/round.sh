@@ -13,9 +13,11 @@
 #   build      configure and build ladder, gpu_tests, libladder_capi.so in ROUND_BUILD (default
 #              build/round), unless --bin (or LADDER_BIN) holds binaries that run here
 #   smoke      one small ragged problem per step under a short timeout: a hang stops the round here
-#   test       the GPU tests of each step and of 99 (LADDER_TEST_STEP), side by side, then the
+#   test       the GPU tests of each step and of 99 (LADDER_TEST_STEP), side by side, on the full
+#              grid (LADDER_TEST_GRID=full; scripts/test.sh's default is quick), then the
 #              timing-noise test alone
-#   sanitize   scripts/sanitize.sh through `ladder --steps S` for each step (beside the tests)
+#   sanitize   scripts/sanitize.sh through `ladder --steps S --serving` for each step (beside the
+#              tests), on its problems that wrap every pipeline ring at least twice
 #   ladder     the ladder at Part IV's shapes (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N=4096,8192,
 #              both masks; FlashAttention-3's B=4 H=16 N=8448 D=128), every variant of the steps
 #              and 06/h200, per dtype
@@ -63,14 +65,19 @@
 # OUT gets summary.txt, logs.tgz and the dated results (YYYY-MM-DD-*.json, ...); when they are
 # more than the device tool brings back (8 files), the results go into results.tgz. Copy results
 # to docs/results/<gpu>/ unchanged, under new names; never over an existing file.
-# Environment: LADDER_GIT_COMMIT (the commit, where the copy has no .git), ROUND_BUILD,
+# Provenance: in a copy without .git, run `scripts/tree_state.py --write` in the checkout before the
+# copy leaves and carry .tree-state.json: the round then verifies the copy against it and records
+# commit, dirty true|false and the tree's hash in every results file (else dirty: unknown + hash).
+# Environment: LADDER_GIT_COMMIT (the commit, where the copy has no .git nor state file), ROUND_BUILD,
 # ROUND_CROSSCHECK_GRID (peers.py's grid for crosscheck: part4, the default, or part7),
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
 # ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25),
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
 # ROUND_COMPARE_PAIRS (OLD>NEW,... instead of the re-cut's ten pairs),
-# ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4).
+# ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4),
+# ROUND_FA4_SITE (where an earlier call's fa4 stage installed FlashAttention-4, default /tmp/site;
+# empty: none, as the CPU tests run it).
 # cuDNN: PyTorch's wheel's, through scripts/cudnn-env.sh; offline, carry .deps (install-deps.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -163,13 +170,20 @@ trap 'note "stopped by a signal"; exit 124' TERM INT
 
 source scripts/env.sh
 source scripts/cudnn-env.sh
-if [ -z "${LADDER_GIT_COMMIT:-}" ]; then
-  LADDER_GIT_COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-fi
-export LADDER_GIT_COMMIT PYTHONUNBUFFERED=1
-# FlashAttention-4 installed by an earlier call on this machine (the fa4 stage).
-[ -d /tmp/site/flash_attn ] && export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
-note "round at $(date -u +%FT%TZ), commit $LADDER_GIT_COMMIT, stages ${stages[*]}, steps ${steps[*]}, dtypes ${dtypes[*]}, budget ${budget} s"
+# Which code this round measures: the commit, dirty true|false (or unknown in a copy without .git
+# unless it carries the .tree-state.json that `scripts/tree_state.py --write` made before the copy
+# left), and a hash of the tracked files; exported, so the build and every results file record them.
+given_commit=${LADDER_GIT_COMMIT:-}
+if state=$(python3 scripts/tree_state.py --env 2>/dev/null); then eval "$state"; fi
+[ -n "$given_commit" ] && [ "${LADDER_TREE_SOURCE:-}" != git ] && LADDER_GIT_COMMIT=$given_commit
+LADDER_GIT_COMMIT=${LADDER_GIT_COMMIT:-unknown} LADDER_GIT_DIRTY=${LADDER_GIT_DIRTY:-unknown}
+export LADDER_GIT_COMMIT LADDER_GIT_DIRTY LADDER_TREE_HASH PYTHONUNBUFFERED=1
+# FlashAttention-4 installed by an earlier call on this machine (the fa4 stage). The CPU tests
+# (tests/cpu/test_scripts.py) set ROUND_FA4_SITE empty, to run as on a machine without it.
+fa4_site=${ROUND_FA4_SITE-/tmp/site}
+[ -n "$fa4_site" ] && [ -d "$fa4_site/flash_attn" ] &&
+  export PYTHONPATH=$fa4_site:$fa4_site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+note "round at $(date -u +%FT%TZ), commit $LADDER_GIT_COMMIT, dirty: $LADDER_GIT_DIRTY, tree ${LADDER_TREE_HASH:-?} (${LADDER_TREE_SOURCE:-no tree_state.py}), stages ${stages[*]}, steps ${steps[*]}, dtypes ${dtypes[*]}, budget ${budget} s"
 note "cuDNN: ${ladder_torch_cudnn:-none in a PyTorch wheel here (the toolkit one, if any)}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,power.limit \
   --format=csv >>"$summary" 2>&1
@@ -329,14 +343,14 @@ stage_checks() {
   for s in "${test_steps[@]}"; do
     if has test && [ -n "$(variants_of all "$s")" ]; then
       throttle
-      (LADDER_TEST_STEP=$s timeout "$t" "$tests" "~[timing]" >"$logs/test-$s.log" 2>&1; echo $? >"$logs/test-$s.rc") &
+      (LADDER_TEST_STEP=$s LADDER_TEST_GRID=full timeout "$t" "$tests" "~[timing]" >"$logs/test-$s.log" 2>&1; echo $? >"$logs/test-$s.rc") &
     fi
   done
   for s in "${steps[@]}"; do
     # Library peers (99) are not sanitized: the reports would come from inside cuDNN's kernels.
     if has sanitize && ((s < 90)) && [ -n "$(variants_of all "$s")" ]; then
       throttle
-      (scripts/sanitize.sh --steps "$s" $( ((s >= 26)) && echo --serving) --dtype "$dtype_arg" --timeout "$((t / ${#tools[@]}))" "$bin/ladder" \
+      (scripts/sanitize.sh --steps "$s" --serving --dtype "$dtype_arg" --timeout "$((t / ${#tools[@]}))" "$bin/ladder" \
          "${tools[@]}" >"$logs/sanitize-$s.log" 2>&1; echo $? >"$logs/sanitize-$s.rc") &
     fi
   done

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU checks of the round's scripts (no GPU, no PyTorch needed):
   - scripts/round.sh: --help works; a bad stage, dtype, step range or a missing OUT exit 2 before
-    anything runs; the fa4 stage without .fa4/ is a no-op that says so; bwdpeers without binaries
-    says so
+    anything runs; the fa4 stage without .fa4/ is a no-op that says so, and finds an earlier call's
+    install (ROUND_FA4_SITE); bwdpeers without binaries says so
   - scripts/peers.py: --ladder-lib labels and variant ids parse, and the mistakes are refused (one
     file under two labels, a variant of an unknown library); two copies of libladder_capi.so load in
     one process, each with its own registry (given the library's path as argv[1])
@@ -23,6 +23,9 @@
     row shown as FAIL, and the compare table's new/old ratios and its noise mark; the backward's
     crosscheck table (step 98's cuDNN row, the FA2 column)
 
+  - hermetic: every check runs as on a machine without a GPU, PyTorch or FlashAttention-4, whatever
+    this one has (on the H200, round.sh found FA4 and ran PyTorch: issue 22): see NO_GPU below
+
     python3 tests/cpu/test_scripts.py [build/h200/lib/libladder_capi.so]
 """
 import ctypes
@@ -35,11 +38,53 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The switch that makes these checks hermetic (NO_GPU): a folder whose torch and flash_attn fail to
+# import, first on the path of this process and of every child (an installed PyTorch or FA4 is
+# shadowed; the stand-in runs put tests/cpu/fake_torch before it); CUDA_VISIBLE_DEVICES empty, so
+# CUDA, here and in the children, sees no GPU; and, for the children (no_gpu_env), an nvidia-smi
+# first on PATH that lists none and ROUND_FA4_SITE empty, so that round.sh adds no earlier install
+# of FA4 (/tmp/site) to the path.
+ABSENT = ROOT / "tests/cpu/fake_torch/absent"
+FAKE_TORCH = ROOT / "tests/cpu/fake_torch"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ABSENT))
 import make_tables  # noqa: E402
 import peers  # noqa: E402
 
 failures = []
+NO_GPU = {}  # the children's environment (os.environ and the switch), set by main()
+
+
+def no_gpu_env(tmp):
+    """os.environ with the switch: an nvidia-smi that answers as the real one does where it finds
+    no GPU first on PATH, the absent torch and flash_attn alone on PYTHONPATH."""
+    bin_dir = tmp / "no-gpu-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "PYTHONPATH": str(ABSENT),
+            "CUDA_VISIBLE_DEVICES": "", "ROUND_FA4_SITE": ""}
+
+
+def stand_in_env(**extra):
+    """The switch with the stand-in torch and FA4 (tests/cpu/fake_torch) first on the path."""
+    return {**NO_GPU, "PYTHONPATH": f"{FAKE_TORCH}:{ROOT / 'scripts'}:{ABSENT}", **extra}
+
+
+def test_no_gpu_switch(tmp):
+    # The switch itself, so that it cannot quietly stop holding: on a machine without PyTorch these
+    # imports would fail anyway, so each must fail with the absent folder's own words.
+    for module in ("torch", "flash_attn.cute"):
+        r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                           env=NO_GPU, timeout=60)
+        check(r.returncode != 0 and "made absent by tests/cpu/fake_torch/absent" in r.stderr,
+              f"the switch: import {module} fails, shadowed by tests/cpu/fake_torch/absent")
+    check(peers.torch is None, "the switch: peers.py, imported here, finds no torch")
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, env=NO_GPU, timeout=60)
+    check(r.returncode != 0 and "GPU 0" not in r.stdout, "the switch: nvidia-smi lists no GPU")
+    check(os.environ.get("CUDA_VISIBLE_DEVICES") == "" and NO_GPU.get("CUDA_VISIBLE_DEVICES") == "",
+          "the switch: CUDA sees no GPU, here or in a child")
 
 
 def check(cond, what):
@@ -58,7 +103,7 @@ def refused(fn, *args):
 
 def round_sh(*args, env=None):
     return subprocess.run(["bash", str(ROOT / "scripts/round.sh"), *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=60)
+                          cwd=ROOT, env={**NO_GPU, **(env or {})}, timeout=60)
 
 
 def test_round_sh(tmp):
@@ -76,10 +121,23 @@ def test_round_sh(tmp):
     summary = (tmp / "fa4" / "summary.txt").read_text() if (tmp / "fa4" / "summary.txt").exists() else ""
     check(r.returncode == 0 and "nothing to do" in summary, "round.sh --stages fa4 without .fa4/: a no-op that says so")
     check((tmp / "fa4" / "logs.tgz").exists(), "round.sh packs its logs")
+    # An earlier call's install (ROUND_FA4_SITE, /tmp/site on the GPU machine) is found by the next
+    # call: a stand-in site whose flash_attn.cute imports, with its version's metadata.
+    site = tmp / "fa4-site"
+    (site / "flash_attn" / "cute").mkdir(parents=True)
+    (site / "flash_attn" / "__init__.py").write_text("")
+    (site / "flash_attn" / "cute" / "__init__.py").write_text("")
+    (site / "flash_attn_4-0.0.fake.dist-info").mkdir()
+    (site / "flash_attn_4-0.0.fake.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: flash-attn-4\nVersion: 0.0.fake\n")
+    r = round_sh("--stages", "fa4", str(tmp / "fa4-site-out"), env={"FA4_DIR": str(tmp / "no-fa4"), "ROUND_FA4_SITE": str(site)})
+    summary = (tmp / "fa4-site-out" / "summary.txt").read_text() if (tmp / "fa4-site-out" / "summary.txt").exists() else ""
+    check(r.returncode == 0 and "flash_attn.cute imports (flash-attn-4 0.0.fake)" in summary,
+          "round.sh --stages fa4: an earlier install in ROUND_FA4_SITE imports (as /tmp/site on the GPU machine)")
     r = round_sh("--help")
     check("bwdpeers" in r.stdout and "--pass bwd" in r.stdout, "round.sh --help names the bwdpeers stage")
     # bwdpeers on carried stand-in binaries (a `ladder` that only lists, an empty library): peers.py
-    # --pass bwd runs once per dtype, and without PyTorch exits 3, which the stage reports.
+    # --pass bwd runs once per dtype, and without PyTorch (the switch) exits 3, which the stage reports.
     fake = tmp / "fake-bin"
     fake.mkdir()
     (fake / "ladder").write_text("#!/bin/sh\necho '     98/cudnn   cuDNN backward (peer)  [sm_80+, fp16 and bf16]'\n"
@@ -87,7 +145,7 @@ def test_round_sh(tmp):
                                  "echo '     24/other   FA2 backward, other  [sm_80+, fp16]'\n")
     (fake / "ladder").chmod(0o755)
     (fake / "libladder_capi.so").write_bytes(b"not loaded: peers.py stops before")
-    r = round_sh("--stages", "bwdpeers", "--bin", str(fake), str(tmp / "bwd"), env={"PYTHONPATH": ""})
+    r = round_sh("--stages", "bwdpeers", "--bin", str(fake), str(tmp / "bwd"))
     summary = (tmp / "bwd" / "summary.txt").read_text() if (tmp / "bwd" / "summary.txt").exists() else ""
     print(summary)
     check(r.returncode == 1 and "  bwdpeers: rc=3" in summary and "  bwdpeers-bf16: rc=3" in summary
@@ -203,8 +261,7 @@ sys.exit(peers.main(sys.argv[1:]))
 
 def run_fake_peers(tmp, name, fa4_mode, *extra):
     out = tmp / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}", "FAKE_FA4": fa4_mode,
-           "LADDER_LIB_COMMITS": "old=349da4a,new=abc"}
+    env = stand_in_env(FAKE_FA4=fa4_mode, LADDER_LIB_COMMITS="old=349da4a,new=abc")
     r = subprocess.run([sys.executable, "-c", FAKE_MAIN, "--out", str(out), *extra], capture_output=True, text=True,
                        env=env, timeout=120)
     data = json.loads(out.read_text()) if out.exists() else {"rows": []}
@@ -252,7 +309,7 @@ def test_peers_main(tmp):
     check(r.returncode == 0 and not any(n == "fa4" for n, _ in rows) and "not importable" in
           data["provenance"]["fa4"].get("skipped", ""), "without FA4: no rows, the reason in the provenance")
     r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), "--backends", "fa5"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, env=NO_GPU, timeout=60)
     check(r.returncode == 2 and "unknown 'fa5'" in r.stderr, "an unknown backend: exit 2")
 
 
@@ -282,7 +339,7 @@ def test_peers_backward(tmp):
           "the backward's grid: Part V's four shapes, both masks")
     # The log-sum-exp the ladder's backward gets, in blocks of rows that do not divide N.
     r = subprocess.run([sys.executable, "-c", LSE_CHECK], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}"})
+                       env=stand_in_env())
     check(r.returncode == 0 and r.stdout.split() == ["ok", "ok"],
           "reference_lse: the log-sum-exp of the scaled logits, causal and not, in blocks of 7 rows"
           + (" " + r.stderr[-300:] if r.returncode else ""))
@@ -380,9 +437,8 @@ sys.exit(peers.main(sys.argv[1:]))
 
 def run_fake_serve(tmp, name, fa4_mode, *extra):
     out = tmp / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests/cpu/fake_torch'}:{ROOT / 'scripts'}", "FAKE_FA4": fa4_mode}
     r = subprocess.run([sys.executable, "-c", FAKE_SERVE, "--out", str(out), "--pass", "serve", *extra],
-                       capture_output=True, text=True, env=env, timeout=120)
+                       capture_output=True, text=True, env=stand_in_env(FAKE_FA4=fa4_mode), timeout=120)
     data = json.loads(out.read_text()) if out.exists() else {"rows": []}
     rows = {}
     for x in data["rows"]:
@@ -419,7 +475,7 @@ def test_peers_serve(tmp, capi):
     for bad, why in ((["--grid", "decode"], "belongs to --pass serve"), (["--pass", "serve", "--grid", "part4"], "is not one of"),
                      (["--pass", "serve", "--varlen-count", "0"], "must be positive")):
         r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), *bad],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, env=NO_GPU, timeout=60)
         check(r.returncode == 2 and why in r.stderr, f"peers.py {' '.join(bad)}: exit 2 ({why})")
 
     try:
@@ -599,6 +655,8 @@ def main():
     capi = sys.argv[1] if len(sys.argv) > 1 else ""
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
+        NO_GPU.update(no_gpu_env(tmp))
+        test_no_gpu_switch(tmp)
         test_round_sh(tmp)
         test_peers_args(tmp, capi)
         test_peers_main(tmp)

@@ -13,6 +13,8 @@ using namespace ladder;
 
 namespace {
 
+// The full grid's query lengths (LADDER_TEST_GRID=full); the quick grid's are
+// testing::kQuickSeqlens (tests/gpu/gpu_support.hpp says why those).
 constexpr int kSeqlens[] = {1, 17, 64, 113, 128, 1000, 1023, 2048};
 constexpr int kHeadDims[] = {64, 128};
 
@@ -27,15 +29,14 @@ TEST_CASE("the step under test is registered", "[gpu]") {
 TEST_CASE("attention: ragged grid, causal and not", "[gpu][attention]") {
   const auto variants = testing::variants_of(Kind::Attention);
   if (variants.empty()) return;  // this ctest entry's step is not an attention step
-  for (int heads : {1, 3})
+  for (const auto [heads, n] : testing::ragged_grid(kSeqlens, variants))
     for (int d : kHeadDims)
-      for (bool causal : {false, true})
-        for (int n : kSeqlens) {
-          const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d, .causal = causal};
-          testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
-                    variants, shape);
-          REQUIRE_FALSE(testing::session().context_lost);
-        }
+      for (bool causal : {false, true}) {
+        const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d, .causal = causal};
+        testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+                                     variants, shape);
+        REQUIRE_FALSE(testing::session().context_lost);
+      }
 }
 
 namespace {
@@ -53,21 +54,20 @@ std::vector<VariantRef> bf16_variants() {
 TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu][attention][bf16]") {
   const auto variants = bf16_variants();
   if (variants.empty()) return;  // no variant of this ctest entry's step runs bf16
-  for (int heads : {1, 3})
+  for (const auto [heads, n] : testing::ragged_grid(kSeqlens, variants))
     for (int d : kHeadDims)
-      for (bool causal : {false, true})
-        for (int n : kSeqlens) {
-          const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
-                                     .causal = causal, .dtype = DType::BF16};
-          testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
-                    variants, shape);
-          REQUIRE_FALSE(testing::session().context_lost);
-        }
+      for (bool causal : {false, true}) {
+        const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
+                                   .causal = causal, .dtype = DType::BF16};
+        testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
+                                     variants, shape);
+        REQUIRE_FALSE(testing::session().context_lost);
+      }
   RunOptions options = testing::check_options();
   options.q_scale = 5.0f;
   options.k_scale = 3.0f;
   for (int d : kHeadDims) {
-    const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
+    const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = testing::long_seqlen(), .head_dim = d,
                                .causal = true, .dtype = DType::BF16};
     testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
   }
@@ -81,7 +81,8 @@ TEST_CASE("attention: large logits (Q×5, K×3)", "[gpu][attention]") {
   options.k_scale = 3.0f;
   for (int d : kHeadDims)
     for (bool causal : {false, true}) {
-      const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d, .causal = causal};
+      const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = testing::long_seqlen(), .head_dim = d,
+                                 .causal = causal};
       testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
     }
 }
@@ -100,11 +101,15 @@ TEST_CASE("attention: B·H = 70000, more than grid.y takes", "[gpu][attention][b
   // (Variant::batch_heads_on_grid_yz). Only those are run: the others refuse it before any work,
   // which tests/cpu/test_declarations.cpp checks. The reference covers every head (select_rows
   // takes every (head, 128-row tile), and the first and last row of every head), so a kernel that
-  // wraps or drops heads past 65535 fails here.
+  // wraps or drops heads past 65535 fails here. The quick grid gives each head two rows, every
+  // row checked: a softmax over two keys needs the head's own Q and K as well as its V (one key
+  // would need V only). The full grid's 64 rows a head (287M elements a tensor) cost about a
+  // CPU-minute of random inputs per mask, in every step's entry.
   std::vector<VariantRef> variants;
   const int sm = testing::session().gpu.sm;
+  const int n = testing::full_grid() ? 64 : 2;
   for (bool causal : {false, true}) {
-    const AttentionShape shape{.batch = 1, .heads = 70000, .seqlen = 64, .head_dim = 64, .causal = causal};
+    const AttentionShape shape{.batch = 1, .heads = 70000, .seqlen = n, .head_dim = 64, .causal = causal};
     variants.clear();
     for (const auto& ref : testing::variants_of(Kind::Attention))
       if (!ref.variant().constraints.refuse(shape, sm)) variants.push_back(ref);

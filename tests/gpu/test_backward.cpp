@@ -64,6 +64,9 @@ std::vector<VariantRef> of_dtype(DType dtype) {
   return out;
 }
 
+// The full grid's query lengths (LADDER_TEST_GRID=full); the quick grid's are
+// testing::kQuickSeqlens, whose 600 also wraps the backward's rings (5 key blocks of 128, 10
+// query blocks of 64; tests/gpu/gpu_support.hpp).
 constexpr int kSeqlens[] = {1, 17, 64, 113, 128, 129, 1000, 2048};
 constexpr int kHeadDims[] = {64, 128};
 
@@ -114,16 +117,15 @@ TEST_CASE("backward: ragged grid, causal and not, fp16 and bf16", "[gpu][backwar
   for (DType dtype : {DType::F16, DType::BF16}) {
     const auto variants = of_dtype(dtype);
     if (variants.empty()) continue;
-    for (int heads : {1, 3})
+    for (const auto [heads, n] : testing::ragged_grid(kSeqlens, variants))
       for (int d : kHeadDims)
-        for (bool causal : {false, true})
-          for (int n : kSeqlens) {
-            const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
-                                       .causal = causal, .dtype = dtype};
-            check_backward_run(run_backward(testing::session(), shape, variants, testing::check_options()),
-                               variants, shape);
-            REQUIRE_FALSE(testing::session().context_lost);
-          }
+        for (bool causal : {false, true}) {
+          const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
+                                     .causal = causal, .dtype = dtype};
+          check_backward_run(run_backward(testing::session(), shape, variants, testing::check_options()),
+                             variants, shape);
+          REQUIRE_FALSE(testing::session().context_lost);
+        }
   }
 }
 
@@ -134,9 +136,12 @@ TEST_CASE("backward: large logits (Q×5, K×3) and a second seed", "[gpu][backwa
     RunOptions options = testing::check_options();
     options.q_scale = 5.0f;
     options.k_scale = 3.0f;
+    // The quick grid's at one batch: a gradient's reference row costs four dot products a key, and
+    // these were half of a backward entry's time (the second seed's problem has B = 3).
+    const int batch = testing::full_grid() ? 2 : 1;
     for (int d : kHeadDims)
       for (bool causal : {false, true}) {
-        const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = 1000, .head_dim = d,
+        const AttentionShape shape{.batch = batch, .heads = 3, .seqlen = testing::long_seqlen(), .head_dim = d,
                                    .causal = causal, .dtype = dtype};
         check_backward_run(run_backward(testing::session(), shape, variants, options), variants, shape,
                            /*peer_slack=*/8.0);

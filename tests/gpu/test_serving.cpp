@@ -49,32 +49,61 @@ constexpr unsigned kGqa = unsigned(Feature::Gqa), kDecode = unsigned(Feature::De
 TEST_CASE("GQA: group sizes 1, 4 and 8 on a ragged grid", "[gpu][serving][gqa]") {
   const auto variants = serving(kGqa);
   if (variants.empty()) return;
-  for (int kv_heads : {8, 2, 1})
-    for (int d : kHeadDims)
-      for (bool causal : {false, true})
-        for (int n : {1, 17, 128, 129, 1000}) {
-          const AttentionShape shape{.batch = 2, .heads = 8, .seqlen = n, .head_dim = d,
-                                     .causal = causal, .kv_heads = kv_heads};
-          check_both_types(variants, shape);
-        }
+  // Quick grid: the group's head map at a single row, one past a tile and over three 128-key
+  // blocks and tiles (the K/V ring's wrap is the dense grid's); a library peer gets each group
+  // size once, at one head dim and one length (testing::only_peers says why).
+  struct Point {
+    int kv_heads, head_dim, seqlen;
+  };
+  std::vector<Point> points;
+  if (!testing::full_grid() && testing::only_peers(variants)) {
+    points = {{8, 64, 17}, {2, 128, 129}, {1, 128, 384}};
+  } else {
+    const std::vector<int> lengths = testing::full_grid() ? std::vector<int>{1, 17, 128, 129, 1000}
+                                                          : std::vector<int>{1, 17, 129, 384};
+    for (int kv_heads : {8, 2, 1})
+      for (int d : kHeadDims)
+        for (int n : lengths) points.push_back({kv_heads, d, n});
+  }
+  for (const auto& [kv_heads, d, n] : points)
+    for (bool causal : {false, true}) {
+      const AttentionShape shape{.batch = 2, .heads = 8, .seqlen = n, .head_dim = d,
+                                 .causal = causal, .kv_heads = kv_heads};
+      check_both_types(variants, shape);
+    }
 }
 
-TEST_CASE("decode: 1, 7 and 16 queries against caches of 1 to 4097 keys", "[gpu][serving][decode]") {
+TEST_CASE("decode: 1, 7 and 16 queries against caches of 1 to 4097 keys (2049 in the quick grid)",
+          "[gpu][serving][decode]") {
   const auto variants = serving(kDecode);
   if (variants.empty()) return;
-  for (int kv_heads : {8, 2})
-    for (int d : kHeadDims)
-      for (bool causal : {false, true})
+  // A decode shape has a few hundred query rows: its cost is the cache's random K and V. The quick
+  // grid's longest cache is 2049 keys (16 blocks of 128 and one key: still split across CTAs, the
+  // last block ragged), the full grid's 4097; a library peer gets each query count and cache
+  // length once.
+  const int longest = testing::full_grid() ? 4097 : 2049;
+  struct Point {
+    int kv_heads, head_dim, nq, nk;
+  };
+  std::vector<Point> points;
+  if (!testing::full_grid() && testing::only_peers(variants)) {
+    points = {{8, 128, 1, longest}, {2, 64, 7, 17}, {2, 128, 16, 128}, {8, 64, 1, 1}};
+  } else {
+    for (int kv_heads : {8, 2})
+      for (int d : kHeadDims)
         for (int nq : {1, 7, 16})
-          for (int nk : {1, 17, 128, 4097}) {
-            if (causal && nq > nk) continue;  // aligned to the end, the first queries see no key
-            AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
-                                 .causal = causal, .kv_heads = kv_heads, .kv_seqlen = nk};
-            std::vector<VariantRef> these;  // a decode variant without GQA runs group 1 only
-            for (const auto& ref : variants)
-              if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
-            if (!these.empty()) check_both_types(these, shape);
-          }
+          for (int nk : {1, 17, 128, longest}) points.push_back({kv_heads, d, nq, nk});
+  }
+  for (const auto& [kv_heads, d, nq, nk] : points)
+    for (bool causal : {false, true}) {
+      if (causal && nq > nk) continue;  // aligned to the end, the first queries see no key
+      AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
+                           .causal = causal, .kv_heads = kv_heads, .kv_seqlen = nk};
+      std::vector<VariantRef> these;  // a decode variant without GQA runs group 1 only
+      for (const auto& ref : variants)
+        if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
+      if (!these.empty()) check_both_types(these, shape);
+    }
 }
 
 TEST_CASE("decode: large logits and a second seed", "[gpu][serving][decode]") {
@@ -97,12 +126,18 @@ TEST_CASE("decode: large logits and a second seed", "[gpu][serving][decode]") {
 TEST_CASE("varlen: a packed batch of ragged lengths", "[gpu][serving][varlen]") {
   const auto variants = serving(kVarlen);
   if (variants.empty()) return;
-  // Every tile edge of every step: 1, one short of a tile, a tile, one past; shuffled, seeded.
-  std::vector<int> lens = {1, 17, 127, 128, 129, 1000, 64, 1, 255, 2049};
+  // Every tile edge of every step: 1, one short of a tile, a tile, one past; shuffled, seeded. The
+  // longest sequences (the CPU reference's cost: it grows with the square of a length) are 1000
+  // and 2049 in the full grid; the quick one has one of 600 (5 K/V blocks of 128: the ring wraps).
+  std::vector<int> lens = testing::full_grid() ? std::vector<int>{1, 17, 127, 128, 129, 1000, 64, 1, 255, 2049}
+                                               : std::vector<int>{1, 17, 127, 128, 129, 600, 64, 1, 255};
   std::shuffle(lens.begin(), lens.end(), std::mt19937_64(20261201));
+  const bool peer_quick = !testing::full_grid() && testing::only_peers(variants);
   for (int kv_heads : {4, 1})
     for (int d : kHeadDims)
       for (bool causal : {false, true}) {
+        // A library peer, quick: each K/V head count at one head dim (4 at 64, 1 at 128).
+        if (peer_quick && d != (kv_heads == 4 ? 64 : 128)) continue;
         AttentionShape shape{.batch = int(lens.size()), .heads = 4,
                              .seqlen = *std::max_element(lens.begin(), lens.end()), .head_dim = d,
                              .causal = causal, .kv_heads = kv_heads, .q_lens = lens};
@@ -120,19 +155,30 @@ TEST_CASE("varlen: a packed batch of ragged lengths", "[gpu][serving][varlen]") 
 TEST_CASE("paged: pages of 16, 64 and 256 rows, scattered", "[gpu][serving][paged]") {
   const auto variants = serving(kPaged);
   if (variants.empty()) return;
-  for (int page : {16, 64, 256})
-    for (int d : kHeadDims)
-      for (bool causal : {false, true})
+  // The quick grid is the full one (with two K/V heads the pools are small), except for a library
+  // peer, which gets each page size once (a cache inside one page, across a few, across many).
+  struct Point {
+    int page, head_dim, nq, nk;
+  };
+  std::vector<Point> points;
+  if (!testing::full_grid() && testing::only_peers(variants)) {
+    points = {{16, 64, 7, 300}, {64, 128, 1, 4097}, {256, 64, 7, 17}};
+  } else {
+    for (int page : {16, 64, 256})
+      for (int d : kHeadDims)
         for (int nq : {1, 7})
-          for (int nk : {17, 300, 4097}) {
-            const AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
-                                       .causal = causal, .kv_heads = 2, .kv_seqlen = nk,
-                                       .page_size = page};
-            std::vector<VariantRef> these;
-            for (const auto& ref : variants)
-              if ((ref.variant().constraints.features & (kGqa | kDecode)) == (kGqa | kDecode))
-                these.push_back(ref);
-            if (these.empty()) continue;
-            check_both_types(these, shape);
-          }
+          for (int nk : {17, 300, 4097}) points.push_back({page, d, nq, nk});
+  }
+  for (const auto& [page, d, nq, nk] : points)
+    for (bool causal : {false, true}) {
+      const AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
+                                 .causal = causal, .kv_heads = 2, .kv_seqlen = nk,
+                                 .page_size = page};
+      std::vector<VariantRef> these;
+      for (const auto& ref : variants)
+        if ((ref.variant().constraints.features & (kGqa | kDecode)) == (kGqa | kDecode))
+          these.push_back(ref);
+      if (these.empty()) continue;
+      check_both_types(these, shape);
+    }
 }
