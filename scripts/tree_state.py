@@ -9,7 +9,7 @@ answers on both sides:
   * in a git checkout: the commit, `dirty` true|false (a tracked file changed, or an untracked
     file that git does not ignore is there: both travel with a copy of the tree), and `tree_hash`,
     a SHA-256 over those files' current contents;
-  * in a copy without .git: if the copy carries the state file that `--write` made before it left
+  * in a copy (without .git, or with a .git that is not the checkout's): if it carries the state file that `--write` made before it left
     (.tree-state.json, ignored by git, named in the device call's carry list), the hash is recomputed
     over the files it lists; equal, the recorded commit and dirty flag hold for this copy
     (`verified`); different, or no state file, `dirty` is "unknown" and `tree_hash` is the hash of
@@ -65,7 +65,33 @@ def all_files():
     return out
 
 
+def from_state_file():
+    """The state recorded by --write, if this tree still holds exactly the files it lists."""
+    saved = ROOT / STATE_FILE
+    if not saved.is_file():
+        return None
+    try:
+        rec = json.loads(saved.read_text())
+        files = rec["file_list"]
+        digest, count = tree_hash(files)
+        if digest == rec["tree_hash"]:
+            return {"commit": rec["commit"], "dirty": rec["dirty"], "tree_hash": digest, "files": count,
+                    "source": f"{STATE_FILE}, verified against this copy"}, files
+        return {"commit": rec["commit"], "dirty": "unknown", "tree_hash": digest, "files": count,
+                "source": f"{STATE_FILE} (recorded {rec['tree_hash']}) does not match this copy"}, files
+    except (ValueError, KeyError, TypeError) as e:
+        print(f"tree_state.py: {saved} is unreadable ({e}); ignoring it", file=sys.stderr)
+        return None
+
+
 def state():
+    # A verified state file first: a copy of the working tree can come with a .git of its own that
+    # is not the checkout's (the GPU machine's copy has one at an older commit, so git would call
+    # the tree dirty against the wrong commit). The file was written by the checkout itself, and
+    # the hash proves this tree holds exactly what it described.
+    saved = from_state_file()
+    if saved and saved[0]["dirty"] != "unknown":
+        return saved
     head = git("rev-parse", "--short=12", "HEAD")
     if head:
         # Tracked files and the untracked ones git does not ignore: both travel with a copy of the
@@ -75,19 +101,8 @@ def state():
         digest, count = tree_hash(files)
         return {"commit": head.strip(), "dirty": "true" if changes else "false", "tree_hash": digest,
                 "files": count, "source": "git"}, files
-    saved = ROOT / STATE_FILE
-    if saved.is_file():
-        try:
-            rec = json.loads(saved.read_text())
-            files = rec["file_list"]
-            digest, count = tree_hash(files)
-            if digest == rec["tree_hash"]:
-                return {"commit": rec["commit"], "dirty": rec["dirty"], "tree_hash": digest, "files": count,
-                        "source": f"{STATE_FILE}, verified against this copy"}, files
-            return {"commit": rec["commit"], "dirty": "unknown", "tree_hash": digest, "files": count,
-                    "source": f"{STATE_FILE} (recorded {rec['tree_hash']}) does not match this copy"}, files
-        except (ValueError, KeyError, TypeError) as e:
-            print(f"tree_state.py: {saved} is unreadable ({e}); hashing the whole tree instead", file=sys.stderr)
+    if saved:
+        return saved
     files = all_files()
     digest, count = tree_hash(files)
     return {"commit": os.environ.get("LADDER_GIT_COMMIT") or "unknown", "dirty": "unknown", "tree_hash": digest,
@@ -101,6 +116,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     st, files = state()
     if args.write:
+        (ROOT / STATE_FILE).unlink(missing_ok=True)  # describe the checkout as git sees it now
+        st, files = state()
         if st["source"] != "git":
             print("tree_state.py: --write needs a git checkout (this tree has no .git)", file=sys.stderr)
             return 2
