@@ -116,10 +116,11 @@ struct Tile {
     alignas(16) float d[kStages][kBlockM];    // D_i of the stage's query rows
     std::uint64_t kv_full;                    // K and V have landed
     std::uint64_t full[kStages];              // stage s's Q, dO, lse, D have landed
-    std::uint64_t empty[kStages];             // every consumer warp is done with stage s
+    std::uint64_t empty[kStages];             // every consumer thread is done with stage s
   };
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
   static constexpr bool kLateConsumers = false;  // the stress test's switch (LateConsumers below)
+  static constexpr bool kReleaseByWarp = false;  // the old release, measured against (WarpRelease)
 };
 
 // 25/late_consumers, a test and not a rung: every consumer warp waits kLateCycles before it reads
@@ -134,6 +135,16 @@ struct LateConsumers : Base {
     for (const long long start = clock64(); clock64() - start < kLateCycles;) {
     }
   }
+};
+
+// 25/warp_release, a test and not a rung: the release this step had first. Each warp's lane 0
+// arrives on the empty barrier after a __syncwarp, for the warp's 32 reads of lse and D. It ran
+// right, but the PTX memory model does not order the other lanes' reads before lane 0's release
+// (bar.warp.sync is not one of its synchronizing operations), and racecheck flags exactly that
+// (chapter 25, "What racecheck reports"). Kept to measure the release of every thread against.
+template <class Base>
+struct WarpRelease : Base {
+  static constexpr bool kReleaseByWarp = true;
 };
 
 // ---- Fragment helpers (the accumulator layout of wgmma.cuh, rows = keys, columns = queries) ----
@@ -271,7 +282,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   constexpr int kBlockN = T::kBlockN;
   constexpr int kHeadDim = T::kHeadDim;
   constexpr int kStages = T::kStages;
-  constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;  // arrivals on an empty barrier
+  // Arrivals that free a stage: every consumer thread releases its own reads of the stage's lse
+  // and D (WarpRelease: one lane per warp, after a __syncwarp).
+  constexpr int kEmptyArrivals =
+      T::kConsumers * (T::kReleaseByWarp ? kWarpgroupThreads / 32 : kWarpgroupThreads);
   extern __shared__ unsigned char smem_raw[];
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
 
@@ -291,7 +305,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::mbarrier_init(&st.kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       hopper::mbarrier_init(&st.full[s], 1);
-      hopper::mbarrier_init(&st.empty[s], T::kConsumers * kWarpsPerWarpgroup);
+      hopper::mbarrier_init(&st.empty[s], kEmptyArrivals);
     }
     hopper::mbarrier_init_fence();
   }
@@ -376,7 +390,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kLateConsumers) T::be_late();
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);  // racecheck: see chapter 25, "What racecheck reports"
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         s[4 * j + 2 * h] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h], scale_log2, -l.x));
@@ -389,7 +403,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if constexpr (T::kLateConsumers) T::be_late();
 #pragma unroll
     for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);  // racecheck: see chapter 25, "What racecheck reports"
+      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dd.x);
@@ -468,12 +482,20 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         hopper::tma_store_commit();
       }
     }
-    // dK is done: dSᵀ's registers are free and the stage's Q and dO may be refilled.
+    // dK is done: dSᵀ's registers are free and the stage's Q and dO may be refilled. Each thread
+    // arrives itself: its reads of lse and D are ordered before its own release (the arrive), and
+    // the producer's acquire (its wait) before the next bulk copy into the stage, as CUTLASS's
+    // pipelines release. A warp's lane 0 arriving for all 32 after a __syncwarp is the same in
+    // practice but not in the memory model, which racecheck follows (chapter 25).
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_dk);
     hopper::fence_registers(ds_a);
-    __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+    if constexpr (T::kReleaseByWarp) {
+      __syncwarp();
+      if (lane == 0) hopper::mbarrier_arrive(&st.empty[stage]);
+    } else {
+      hopper::mbarrier_arrive(&st.empty[stage]);
+    }
   };
 
   // Masked blocks first: every block of a key block with keys past N; causal, the query blocks
@@ -563,15 +585,22 @@ template <int kConsumers, int kHeadDim>
 inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
 template <int kHeadDim, class Element, int kConsumers>
 using MeasuredTileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
-template <int kHeadDim, class Element, int kConsumers, bool kLate = false>
-using TileOf = std::conditional_t<kLate, LateConsumers<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
-                                  MeasuredTileOf<kHeadDim, Element, kConsumers>>;
+// The test-only variants' changes of the measured tile.
+enum class Probe { kNone, kLateConsumers, kWarpRelease };
+template <int kHeadDim, class Element, int kConsumers, Probe kProbe = Probe::kNone>
+using TileOf = std::conditional_t<
+    kProbe == Probe::kLateConsumers, LateConsumers<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
+    std::conditional_t<kProbe == Probe::kWarpRelease, WarpRelease<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
+                       MeasuredTileOf<kHeadDim, Element, kConsumers>>>;
+constexpr const char* probe_name(Probe p) {
+  return p == Probe::kLateConsumers ? ",late consumers" : p == Probe::kWarpRelease ? ",warp release" : "";
+}
 
-template <int kConsumers, bool kHeadsOnY, bool kLate>
+template <int kConsumers, bool kHeadsOnY, Probe kProbe>
 void launch(const BackwardArgs& a, cudaStream_t stream) {
   auto body = [&]<class Element>() {
     ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-      using T = TileOf<kHeadDim, Element, kConsumers, kLate>;
+      using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
       if (a.shape.causal) launch_tile<T, true>(a, stream, kHeadsOnY);
       else launch_tile<T, false>(a, stream, kHeadsOnY);
     });
@@ -580,13 +609,13 @@ void launch(const BackwardArgs& a, cudaStream_t stream) {
   else body.template operator()<__half>();
 }
 
-template <int kConsumers, int kHeadDim, bool kLate>
+template <int kConsumers, int kHeadDim, Probe kProbe>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
   auto add = [&]<class Element>(const char* type) {
-    using T = TileOf<kHeadDim, Element, kConsumers, kLate>;
+    using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
     const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
-                                        T::kBlockM, T::kStages, type, kLate ? ",late consumers" : "");
+                                        T::kBlockM, T::kStages, type, probe_name(kProbe));
     auto add_one = [&](ladder::KernelInfo k) {
       k.dtype = ladder::dtype_of<Element>();
       out.push_back(std::move(k));
@@ -603,9 +632,9 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
-template <int kConsumers, bool kHeadsOnY = false, bool kLate = false>
+template <int kConsumers, bool kHeadsOnY = false, Probe kProbe = Probe::kNone>
 ladder::Variant variant(const char* name, const char* description) {
-  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY, kLate>);
+  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY, kProbe>);
   // grid.y is the key blocks of a head, or (kHeadsOnY) the heads
   if (kHeadsOnY) v.batch_heads_on_grid_yz();
   else v.up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers);
@@ -616,7 +645,7 @@ ladder::Variant variant(const char* name, const char* description) {
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .nondeterministic()  // dQ: float adds from every key block, in no fixed order
       .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
-      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128, kLate>() : kernels<kConsumers, 64, kLate>(); });
+      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128, kProbe>() : kernels<kConsumers, 64, kProbe>(); });
 }
 
 LADDER_REGISTER_STEP(
@@ -630,12 +659,18 @@ LADDER_REGISTER_STEP(
         .add(variant<2, true>("head_by_head",
                               "two_consumers with the grid's axes swapped: the key blocks of one "
                               "head are dispatched together, so dQ's accumulators stay in L2"))
-        .add(variant<2, true, true>("late_consumers",
+        .add(variant<2, true, Probe::kLateConsumers>("late_consumers",
                                     "head_by_head with every consumer warp late to read each stage's lse "
                                     "and D (a clock spin): dK and dV must not change")
                  .compared_with("25/head_by_head")
-                 .test_only_because("issue 22's stress test of the ring's release (chapter 25, "
+                 .test_only_because("a stress test of the ring's release (chapter 25, "
                                     "\"What racecheck reports\"); not a rung"))
+        .add(variant<2, true, Probe::kWarpRelease>("warp_release",
+                                    "head_by_head with the first release: lane 0 of each warp arrives "
+                                    "for the warp after a __syncwarp")
+                 .compared_with("25/head_by_head")
+                 .test_only_because("the release racecheck flags, kept to time every thread's "
+                                    "release against (chapter 25, \"What racecheck reports\"); not a rung"))
         .main_is("head_by_head"));
 
 }  // namespace

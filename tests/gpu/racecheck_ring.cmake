@@ -1,10 +1,9 @@
-# Issue 22: is racecheck's report on step 25 the kernel's hazard or the tool's?
+# Was racecheck's report on step 25's first release the kernel's hazard or the tool's?
 # (docs/25_hopper_backward.md, "What racecheck reports"). Included by tests/CMakeLists.txt.
 #
 #   racecheck_ring            the minimal ring (gpu/racecheck_ring.cu), sm_90a; its correct
 #                             variants must read every value right, and the broken one must be
 #                             caught reading its stage after the producer refilled it
-#   racecheck_filter          scripts/racecheck_filter.py's CPU test on sample logs
 # tests/gpu/racecheck_ring.sh runs the variants under compute-sanitizer (not a ctest entry: a
 # sanitizer run is slow and its outcome is the measurement, read as the chapter says).
 add_executable(racecheck_ring ${CMAKE_CURRENT_LIST_DIR}/racecheck_ring.cu)
@@ -22,10 +21,3 @@ add_test(NAME gpu_racecheck_ring_bulk_broken_is_caught
          COMMAND sh -c "\"$0\" bulk_broken; rc=$?; [ $rc -eq 77 ] && exit 77; [ $rc -eq 1 ] || { echo \"exit $rc, expected 1 (a wrong value seen)\"; exit 1; }"
                  $<TARGET_FILE:racecheck_ring>)
 set_tests_properties(gpu_racecheck_ring_bulk_broken_is_caught PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
-
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
-  add_test(NAME racecheck_filter
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/cpu/test_racecheck_filter.py)
-  set_tests_properties(racecheck_filter PROPERTIES LABELS cpu)
-endif()

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue 22's measurements, on a Hopper GPU, from an existing build (this script builds nothing):
+# Chapter 25's racecheck measurements, on a Hopper GPU, from an existing build (this script builds nothing):
 #   1. tests/gpu/racecheck_ring.cu, every variant plain and under racecheck (analysis and hazard
 #      reports; bulk and generic also with --racecheck-trace-sync, to see which synchronisation
 #      the tool records);
 #   2. step 25's stress test (gpu_tests "[stress]": 25/late_consumers against the measured
 #      variants, dK and dV bit for bit);
-#   3. step 25 under racecheck, measured variants and late_consumers, and what
-#      scripts/racecheck_filter.py leaves of each log; and whether the ring must wrap for the
-#      report (two_consumers at D = 64 has 128 query rows a block: N = 256 is two blocks, no
-#      stage reused; N = 384 is three, stage 0 reused).
+#   3. step 25 under racecheck: head_by_head (every consumer thread releases a stage) against
+#      warp_release (lane 0 of each warp releases it after __syncwarp, the first version), and
+#      whether the ring must wrap for the report (128 query rows a block at D = 64: N = 256 is
+#      two blocks, no stage reused; N = 384 is three, stage 0 reused).
 # Logs and summary.txt go to OUT (summary.txt is appended to, so the stages can run as separate
 # commands). How to read them: docs/25_hopper_backward.md, "What racecheck reports", and the
 # notes at the end of summary.txt.
@@ -80,27 +80,20 @@ fi
 
 if wants step25; then
 note ""
-note "== 3. step 25 under racecheck ($step), filtered by scripts/racecheck_filter.py"
+note "== 3. step 25 under racecheck ($step): every thread's release (the kernel) and lane 0's (warp_release)"
 # No CPU reference (--no-check): the gradients are the stress test's; this is about the hazards.
 common=(--no-time --no-check --no-peers --no-resources --mask both --b 1 --heads 2 --dtype fp16)
 run_step() {  # name, then the step's arguments
   local name=$1
   shift
   timeout "$limit" "${racecheck[@]}" --racecheck-report all "$step" "${common[@]}" "$@" >"$out/step25_${name}.log" 2>&1
-  local rc=$?
-  python3 "$root/scripts/racecheck_filter.py" "$out/step25_${name}.log" >"$out/step25_${name}.filtered.log" 2>&1
-  local frc=$?
-  note "-- $name ($*): racecheck exit $rc, filter exit $frc"
+  note "-- $name ($*): racecheck exit $?"
   verdict "$out/step25_${name}.log" | sed 's/^/     /' | tee -a "$summary"
-  grep -hoE "Read Thread \([0-9]+," "$out/step25_${name}.log" | grep -oE "[0-9]+" |
-    awk '{ lane = $1 % 32; n[lane == 0 ? "lane 0" : "lanes 1-31"]++ } END { for (k in n) printf "     reads in hazard records by %s: %d\n", k, n[k] }' |
-    tee -a "$summary"
-  grep -hE "^racecheck_filter:" "$out/step25_${name}.filtered.log" | sed 's/^/     /' | tee -a "$summary"
 }
-run_step measured --d 64,128 --n 333
-run_step late_consumers --variant 25/late_consumers --d 64,128 --n 333
-run_step no_wrap --variant 25/two_consumers --d 64 --n 256
-run_step wraps --variant 25/two_consumers --d 64 --n 384
+run_step head_by_head --variant 25/head_by_head --d 64,128 --n 384
+run_step warp_release --variant 25/warp_release --d 64,128 --n 384
+run_step late_consumers --variant 25/late_consumers --d 64 --n 384
+run_step no_wrap --variant 25/warp_release --d 64 --n 256
 fi
 
 cat >>"$summary" <<'EOF'
@@ -119,7 +112,7 @@ cat >>"$summary" <<'EOF'
         mbarrier wait. bulk_fenced clean: it wants the cross-proxy fence (a fix for step 25 too);
         bulk_syncthreads clean: it follows bar.sync but not the mbarrier's release/acquire.
   * stress test passing: the gradients do not change however late the consumers are.
-  * step 25: the filter leaves nothing (exit 0) if every report is the proven pair; no_wrap clean
-    and wraps flagged confirm that the report needs a stage reused.
+  * step 25: head_by_head clean, warp_release flagged with the same pair (bulk_load against the
+    lse/D reads, lanes 1-31 reading), no_wrap clean: the report was the per-warp release.
 EOF
 echo "logs and summary: $out"
