@@ -42,7 +42,7 @@ std::string describe(const lab06::Stall& st) {
   return fmt::format("the {} (warp {} of CTA ({}, {})) waited on {} for parity {}{}{}", producer ? "producer" : "consumer",
                      st.warp, st.cta_x, st.cta_y, bar, st.parity,
                      st.block >= 0 ? fmt::format(" (block {})", st.block) : std::string(),
-                     st.timed_out ? fmt::format(" for {} ms", lab06::kStallMs) : std::string());
+                     st.timed_out ? fmt::format(" for {} ms", lab06::stall_ms()) : std::string());
 }
 
 std::string describe(const lab06::Stalls& s) {
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       }
     };
     fmt::print("\ncheck grid (fp64 reference, every row checked, output poisoned with NaN; a wait that does not "
-               "complete in {} ms is reported as a deadlock):\n", lab06::kStallMs);
+               "complete in {} ms is reported as a deadlock):\n", lab06::stall_ms());
     grid(lab::attention_grid_shapes(), lab::check_options());
     fmt::print("\nlarge logits (Q×5, K×3):\n");
     grid(lab::large_logit_shapes(), lab::large_logit_options());

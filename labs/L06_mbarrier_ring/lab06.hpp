@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace lab06 {
 
@@ -27,6 +28,14 @@ inline const char* release_name(Release r) {
 // GPU. The first producer and the first consumer that gave up leave a record (which barrier, which
 // parity, which block): what each side was waiting for when the launch gave up.
 inline constexpr int kStallMs = 250;
+// The limit a run uses: kStallMs, or LADDER_LAB_STALL_MS from the environment. Under
+// compute-sanitizer a kernel runs ~100× slower and a correct ring would look deadlocked at 250 ms;
+// scripts/sanitize_all.sh raises it (a deadlock then still ends, only later).
+inline int stall_ms() {
+  const char* env = std::getenv("LADDER_LAB_STALL_MS");
+  const int ms = env ? std::atoi(env) : 0;
+  return ms > 0 ? ms : kStallMs;
+}
 enum class Waiter : int { kNone = 0, kProducer = 1, kConsumer = 2 };
 struct Stall {  // plain (a __device__ variable holds it); waiter == kNone: no record
   int waiter;   // Waiter

@@ -79,6 +79,8 @@ struct DeviceStalls {
 };
 __device__ unsigned g_abort;
 __device__ DeviceStalls g_stalls;
+// The deadline of a wait, lab06::stall_ms() in ns: set once by the host before the first launch.
+__device__ std::uint64_t g_stall_ns;
 
 #if LADDER_SM90A
 __device__ __forceinline__ bool try_wait(std::uint64_t* bar, std::uint32_t parity) {
@@ -99,7 +101,7 @@ __device__ __forceinline__ std::uint64_t globaltimer_ns() {
   return t;
 }
 
-// hopper::mbarrier_wait with a deadline. false: the phase did not complete within kStallMs (or
+// hopper::mbarrier_wait with a deadline. false: the phase did not complete within stall_ms() (or
 // another wait of this launch gave up first). A consumer goes on regardless — every warp of a
 // warpgroup must reach the same wgmma — and computes garbage the check then rejects; the producer
 // stops issuing copies, so nothing is in flight when the CTA exits.
@@ -108,7 +110,7 @@ __device__ bool ring_wait(std::uint64_t* bar, std::uint32_t parity, lab06::Waite
   const std::uint64_t start = globaltimer_ns();
   for (;;) {
     if (try_wait(bar, parity)) return true;
-    const bool timed_out = globaltimer_ns() - start > std::uint64_t(lab06::kStallMs) * 1000000;
+    const bool timed_out = globaltimer_ns() - start > g_stall_ns;
     if (timed_out || *static_cast<volatile unsigned*>(&g_abort)) {
       if (timed_out) atomicExch(&g_abort, 1u);
       const int slot = waiter == lab06::Waiter::kProducer ? 0 : 1;
@@ -284,6 +286,8 @@ unsigned* abort_flag() {
   static unsigned* flag = [] {
     void* p = nullptr;
     CUDA_CHECK(cudaGetSymbolAddress(&p, g_abort));
+    const std::uint64_t stall_ns = std::uint64_t(lab06::stall_ms()) * 1000000;
+    CUDA_CHECK(cudaMemcpyToSymbol(g_stall_ns, &stall_ns, sizeof stall_ns));
     return static_cast<unsigned*>(p);
   }();
   return flag;

@@ -27,8 +27,10 @@ inline constexpr int kNoGpu = 77;  // compiled and ran the CPU parts; no GPU to 
 struct Options {
   bool cpu_only = false;  // --cpu: the CPU parts only (what CI runs)
   bool no_time = false;   // --no-time: the check grid only, no timed run
+  bool small = false;     // --small: N ∈ {113, 600} only, no large-logit set (compute-sanitizer's
+                          // runs: ~100× slower, and 600 still wraps a 128-row ring)
 };
-// Parses --cpu, --no-time, --help; exits on a bad argument.
+// Parses --cpu, --no-time, --small, --help; exits on a bad argument.
 Options parse(int argc, char** argv, const char* lab, const char* what);
 
 // Collects failures; prints the verdict and returns the exit code.
