@@ -28,16 +28,13 @@
 # the issue's S + 2 or more), with N ragged against every tile. Persistent kernels (20-22, 26, 27,
 # 31-35) get --grid-sms 3: three CTAs, each walking many tiles, so their ring (which runs on across
 # tiles) and their Q/O buffer wrap too; decode (28, 29) plans 3 splits for 3 SMs.
-# Racecheck's hazards go through `python3 scripts/racecheck_filter.py LOG` where that file exists
-# (exit 0: every hazard is step 25's documented pattern, 1: others remain, 2: unreadable log);
-# without it every hazard counts. Every displayed hazard is a report, errors and warnings alike.
-# LADDER_RACECHECK_FILTER names another filter (tests/cpu/test_sanitize.py's stand-in).
+# Every displayed hazard is a report, errors and warnings alike; nothing is filtered.
 #
 # Output, per tool: "== NAME [--steps S] [--dtype D]: TOOL", one line per problem with the tool's
 # summary and wall time, any report, and "== result: TOOL STATUS COUNT (PROBLEMS problems, T s)"
-# with STATUS clean, filtered (COUNT hazards explained by the filter), reports, fail (the program
-# failed), timeout, or nothing (no variant ran any problem: nothing was checked).
-# Exit: 0 every tool clean (or filtered), 1 a report, a failure, a timeout or nothing checked,
+# with STATUS clean, reports, fail (the program failed), timeout, or nothing (no variant ran any
+# problem: nothing was checked).
+# Exit: 0 every tool clean, 1 a report, a failure, a timeout or nothing checked,
 # 2 bad usage.
 set -uo pipefail
 
@@ -212,7 +209,6 @@ done
 
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$sanitizer" ] || { echo "sanitize.sh: no compute-sanitizer on PATH or in /usr/local/cuda/bin (it comes with the CUDA toolkit)" >&2; exit 1; }
-filter=${LADDER_RACECHECK_FILTER:-$root/scripts/racecheck_filter.py}
 [ -z "$log_dir" ] || mkdir -p "$log_dir" || die_usage "--log-dir $log_dir cannot be created"
 
 # Library rows are left out (their reports would come from inside the libraries' kernels).
@@ -243,9 +239,9 @@ show_report() {
   tail -5 "$1" | sed 's/^/    /'
 }
 
-# A tool's status is its worst problem's: clean < filtered < reports < timeout < fail. A problem that
+# A tool's status is its worst problem's: clean < reports < timeout < fail. A problem that
 # no selected variant runs counts for nothing; if none ran, the tool's status is `nothing`.
-rank() { case $1 in clean) echo 0 ;; filtered) echo 1 ;; reports) echo 2 ;; timeout) echo 3 ;; fail) echo 4 ;; esac; }
+rank() { case $1 in clean) echo 0 ;; reports) echo 1 ;; timeout) echo 2 ;; fail) echo 3 ;; esac; }
 
 status=0
 log=$(mktemp /tmp/sanitize.XXXXXX)
@@ -256,7 +252,7 @@ for tool in "${tools[@]}"; do
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   echo "== $name${steps:+ --steps $steps}${dtype:+ --dtype $dtype}: $tool"
   tool_start=$SECONDS deadline=$((SECONDS + limit))
-  worst=clean reports=0 filtered=0 skipped=0
+  worst=clean reports=0 skipped=0
   for i in "${!problem_args[@]}"; do
     left=$((deadline - SECONDS))
     label=${problem_args[$i]}
@@ -297,30 +293,9 @@ for tool in "${tools[@]}"; do
       show_report "$log"
     elif ((n > 0 || r == kSanitizerErrorExit)); then
       this=reports
-      if [ "$tool" = racecheck ] && [ -f "$filter" ]; then
-        verdict=$(python3 "$filter" "$log" 2>&1)
-        fr=$?
-        if ((fr == 0)); then
-          this=filtered
-          filtered=$((filtered + n))
-          echo "  $label: $summary, every hazard explained by $(basename "$filter") (${secs} s):"
-          sed 's/^/    /' <<<"$verdict"
-        elif ((fr == 1)); then
-          echo "  $label: REPORTS: $summary; $(basename "$filter") leaves some unexplained (${secs} s):"
-          sed 's/^/    /' <<<"$verdict"
-          show_report "$log"
-        else
-          this=fail
-          echo "  $label: FAILED: $(basename "$filter") could not read the log (exit $fr; ${secs} s):"
-          sed 's/^/    /' <<<"$verdict"
-          show_report "$log"
-        fi
-      else
-        [ "$tool" = racecheck ] && echo "  (no $filter: every hazard counts)"
-        echo "  $label: REPORTS: ${summary:-exit $r} (${secs} s):"
-        show_report "$log"
-      fi
-      [ "$this" = reports ] && reports=$((reports + (n > 0 ? n : 1)))
+      echo "  $label: REPORTS: ${summary:-exit $r} (${secs} s):"
+      show_report "$log"
+      reports=$((reports + (n > 0 ? n : 1)))
     else
       echo "  $label: ${summary:-no summary line (the program made no CUDA call?)} (${secs} s)"
     fi
@@ -331,9 +306,7 @@ for tool in "${tools[@]}"; do
     worst=nothing
     echo "  nothing was checked: every selected variant was skipped on every problem (a Hopper step on another GPU?)"
   fi
-  count=$reports
-  [ "$worst" = filtered ] && count=$filtered
-  echo "== result: $tool $worst $count (${#problem_args[@]} problems, $((SECONDS - tool_start)) s)"
-  case $worst in clean|filtered) ;; *) status=1 ;; esac
+  echo "== result: $tool $worst $reports (${#problem_args[@]} problems, $((SECONDS - tool_start)) s)"
+  [ "$worst" = clean ] || status=1
 done
 exit $status
