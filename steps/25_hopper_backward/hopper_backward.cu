@@ -59,6 +59,7 @@
 #include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
+#include "steps/25_hopper_backward/test_probes.cuh"
 
 namespace {
 
@@ -66,6 +67,9 @@ using ladder::BackwardArgs;
 using ladder::ceil_div;
 namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
+using step25::LateConsumers;  // the test-only variants' tiles (test_probes.cuh)
+using step25::Probe;
+using step25::WarpRelease;
 
 constexpr int kWarpgroupThreads = 128;
 // Rows of the padded per-row buffers (lse·log2e, D, the dQ accumulator): a multiple of every
@@ -119,32 +123,8 @@ struct Tile {
     std::uint64_t empty[kStages];             // every consumer thread is done with stage s
   };
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
-  static constexpr bool kLateConsumers = false;  // the stress test's switch (LateConsumers below)
-  static constexpr bool kReleaseByWarp = false;  // the old release, measured against (WarpRelease)
-};
-
-// 25/late_consumers, a test and not a rung: every consumer warp waits kLateCycles before it reads
-// a stage's lse and D, while the producer fills the other stage. A release placed before those
-// reads would let the producer overwrite them in that time; the gradients must not change
-// (tests/gpu/test_stress.cpp). A type of its own, so the measured kernels are untouched.
-template <class Base>
-struct LateConsumers : Base {
-  static constexpr bool kLateConsumers = true;
-  static constexpr long long kLateCycles = 20000;  // ~10 us: several bulk copies' latency
-  __device__ __forceinline__ static void be_late() {
-    for (const long long start = clock64(); clock64() - start < kLateCycles;) {
-    }
-  }
-};
-
-// 25/warp_release, a test and not a rung: the release this step had first. Each warp's lane 0
-// arrives on the empty barrier after a __syncwarp, for the warp's 32 reads of lse and D. It ran
-// right, but the PTX memory model does not order the other lanes' reads before lane 0's release
-// (bar.warp.sync is not one of its synchronizing operations), and racecheck flags exactly that
-// (chapter 25, "What racecheck reports"). Kept to measure the release of every thread against.
-template <class Base>
-struct WarpRelease : Base {
-  static constexpr bool kReleaseByWarp = true;
+  static constexpr bool kLateConsumers = false;  // the stress test's switch (test_probes.cuh)
+  static constexpr bool kReleaseByWarp = false;  // the first release, timed against (test_probes.cuh)
 };
 
 // ---- Fragment helpers (the accumulator layout of wgmma.cuh, rows = keys, columns = queries) ----
@@ -585,16 +565,12 @@ template <int kConsumers, int kHeadDim>
 inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
 template <int kHeadDim, class Element, int kConsumers>
 using MeasuredTileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
-// The test-only variants' changes of the measured tile.
-enum class Probe { kNone, kLateConsumers, kWarpRelease };
+// The measured tile, or a test-only variant's change of it (test_probes.cuh).
 template <int kHeadDim, class Element, int kConsumers, Probe kProbe = Probe::kNone>
 using TileOf = std::conditional_t<
     kProbe == Probe::kLateConsumers, LateConsumers<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
     std::conditional_t<kProbe == Probe::kWarpRelease, WarpRelease<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
                        MeasuredTileOf<kHeadDim, Element, kConsumers>>>;
-constexpr const char* probe_name(Probe p) {
-  return p == Probe::kLateConsumers ? ",late consumers" : p == Probe::kWarpRelease ? ",warp release" : "";
-}
 
 template <int kConsumers, bool kHeadsOnY, Probe kProbe>
 void launch(const BackwardArgs& a, cudaStream_t stream) {
@@ -615,7 +591,7 @@ std::vector<ladder::KernelInfo> kernels() {
   auto add = [&]<class Element>(const char* type) {
     using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
     const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
-                                        T::kBlockM, T::kStages, type, probe_name(kProbe));
+                                        T::kBlockM, T::kStages, type, step25::probe_name(kProbe));
     auto add_one = [&](ladder::KernelInfo k) {
       k.dtype = ladder::dtype_of<Element>();
       out.push_back(std::move(k));

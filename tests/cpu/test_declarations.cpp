@@ -148,7 +148,7 @@ TEST_CASE("B·H above grid.y's 65535 is refused only by the variants whose grid 
   CHECK(accepted > 0);
 }
 
-// A test-only variant (Variant::test_only: step 25's late_consumers, issue 22's stress test) is a
+// A test-only variant (Variant::test_only: step 25's late_consumers and warp_release) is a
 // test of its step, not a rung: the ladder's default selection, its timing and --list's rows of
 // rungs leave it out, it runs when named, nothing is compared against it, and it launches kernels
 // of its own (a stress test that launched the measured kernel would test nothing).

@@ -27,7 +27,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SANITIZE = ROOT / "scripts/sanitize.sh"
 SANITIZE_ALL = ROOT / "scripts/sanitize_all.sh"
-MIN_WRAPS = 2          # issue 22: every ring wraps at least twice
+MIN_WRAPS = 2          # every ring wraps at least twice (scripts/sanitize.sh's rule)
 HEAD_DIMS = (64, 128)  # sanitize.sh runs every attention problem at --d 64,128 and --mask both
 PEER_STEPS_FROM = 90   # 98, 99: library peers, never sanitized
 

@@ -24,7 +24,7 @@
     crosscheck table (step 98's cuDNN row, the FA2 column)
 
   - hermetic: every check runs as on a machine without a GPU, PyTorch or FlashAttention-4, whatever
-    this one has (on the H200, round.sh found FA4 and ran PyTorch: issue 22): see NO_GPU below
+    this one has (on the H200, round.sh found FA4 and ran PyTorch): see NO_GPU below
 
     python3 tests/cpu/test_scripts.py [build/h200/lib/libladder_capi.so]
 """

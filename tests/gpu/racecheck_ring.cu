@@ -1,4 +1,4 @@
-// Is compute-sanitizer racecheck's report on step 25 the kernel's hazard or the tool's? (issue 22)
+// Is compute-sanitizer racecheck's report on step 25 the kernel's hazard or the tool's?
 //
 // racecheck reports, in step 25, writes by hopper::bulk_load (the cp.async.bulk of a stage's
 // per-row statistics) against the consumers' loads of those statistics, once the two-stage

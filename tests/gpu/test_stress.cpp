@@ -1,4 +1,4 @@
-// Step 25's ring under late consumers (issue 22; docs/25_hopper_backward.md, "What racecheck
+// Step 25's ring under late consumers (docs/25_hopper_backward.md, "What racecheck
 // reports"). 25/late_consumers is head_by_head with every consumer warp waiting a clock spin
 // before it reads a stage's lse and D, while the producer fills the other stage: had a stage been
 // released before those reads, the producer would now overwrite them, and the gradients would
