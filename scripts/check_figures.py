@@ -22,7 +22,8 @@ records   a ladder file gives one record per row, with its run's shape, kind and
           tensor_peak_tflops, exp_bound_tflops, clock_mhz;
           a file from which the limit cannot be computed (an idle start clock) is an error.
           A text file (.txt, .csv, .md): `grep=REGEX` (no spaces; \\s for one), every match's
-          first group is a value.
+          first group is a value; a grep= marker has no other selecting words (a KEY=VALUE after
+          it is a regex cut by a space, an error), and its REGEX must have a group.
 KEY=VALUE keeps the records whose KEY equals VALUE; VALUE may list alternatives (a,b) or end in
           * (a prefix); "-" keeps those without the key (a Part VI property that is off:
           kv_heads=-). Booleans are 0/1. dtype defaults to fp16 where a record has none.
@@ -33,6 +34,14 @@ vs:K=V    a ratio: each selected record's FIELD divided by FIELD of the record o
           problem (batch, heads, seqlen, head_dim, causal, dtype, and the Part VI properties
           kv_heads, kv_seqlen, page_size, q_lens; a key that a vs: filter names is left out) that
           matches all the vs: filters.
+vs:file=FILE[,FILE...]
+          a ratio across files: the partner is looked for only in these files (resolved like
+          FILE: relative to docs/, * a glob), not in the marker's own, and it must be the SAME
+          row there: the record's id (a ladder row) or name (a peers row) joins the problem's
+          keys, unless a vs: filter names it. `results/h200/A.json id=20/x tflops
+          vs:file=results/h200/B.json` is row 20/x of A over row 20/x of B, same problem;
+          add vs:id=99/cudnn to divide by B's cuDNN row instead. JSON files only (no grep=, no
+          top-level /path).
 scale=S   multiply every value by S (e.g. 100 for a fraction quoted as a percentage);
 pct       the value as a percentage change, 100·(v − 1) (with vs: "+17%").
 abs       the absolute value (with pct: "differ by up to 17%" for ratios either side of 1).
@@ -43,7 +52,13 @@ value (one record, or identical values) unless the marker says `max`, `min` or `
 must equal [min, max] of the selected values. Each end may differ from the recomputed value by
 half a unit of its last written digit (a figure written "1.2" holds values in [1.15, 1.25]).
 
-    scripts/check_figures.py [DOCS_DIR]           # check every docs/**/*.md and README.md
+Where markers are checked: every docs/**/*.md (chapters, part introductions, docs/START.md,
+notes), the repository's README.md, and every steps/*/README.md and labs/*/README.md. In all of
+them a marker's FILE is relative to docs/ (DOCS_DIR), never to the file the marker is in: a marker
+reads the same wherever it stands, so a figure can move between a chapter and a step's or a lab's
+README unchanged.
+
+    scripts/check_figures.py [DOCS_DIR]           # check every document listed above
     scripts/check_figures.py --query 'MARKER'     # print the values a marker selects
 """
 import argparse
@@ -142,10 +157,16 @@ def matches(rec, key, want):
 
 def parse_spec(text):
     words = text.split()
-    spec = {"files": words[0].split(","), "filters": [], "vs": [], "field": None,
+    spec = {"files": words[0].split(","), "filters": [], "vs": [], "field": None, "vs_files": None,
             "scale": 1.0, "pct": False, "abs": False, "agg": None, "grep": None, "per": None}
     for w in words[1:]:
-        if w.startswith("vs:"):
+        if w.startswith("vs:file="):
+            if spec["vs_files"] is not None:
+                raise ValueError("vs:file= given twice (list the files in one, comma-separated)")
+            spec["vs_files"] = [f for f in w[len("vs:file="):].split(",") if f]
+            if not spec["vs_files"]:
+                raise ValueError("vs:file= names no file")
+        elif w.startswith("vs:"):
             k, _, v = w[3:].partition("=")
             spec["vs"].append((k, v))
         elif w.startswith("grep="):
@@ -167,21 +188,49 @@ def parse_spec(text):
     return spec
 
 
-def values(spec, docs):
-    """The numbers a marker selects (raises ValueError with a reason when it cannot)."""
+def file_names(names, docs):
+    """The files a marker's FILE list names, relative to docs/ (a name with * is a glob, sorted)."""
     out = []
-    names = []
-    for name in spec["files"]:  # a name with * is a glob (sorted)
+    for name in names:
         found = sorted(str(p.relative_to(docs)) for p in docs.glob(name)) if "*" in name else [name]
         if not found:
             raise ValueError(f"{name}: no file under {docs} matches")
-        names += found
+        out += found
+    return out
+
+
+def json_records(names, docs):
+    recs = []
+    for name in names:
+        path = docs / name
+        if not path.exists():
+            raise ValueError(f"{name}: no such file under {docs}")
+        recs += flatten_records(json.loads(path.read_text()))
+    return recs
+
+
+IDENTITY_KEYS = ("id", "name")  # with vs:file=, the partner is the same row of the other file
+
+
+def values(spec, docs):
+    """The numbers a marker selects (raises ValueError with a reason when it cannot)."""
+    out = []
+    names = file_names(spec["files"], docs)
+    if spec["grep"] is not None and (spec["filters"] or spec["vs"] or spec["field"] or spec["per"]):
+        raise ValueError(f"grep= takes no KEY=VALUE, FIELD, per= or vs: words (a space ends the regex: "
+                         f"write \\s; the regex read is {spec['grep']!r})")
+    if spec["vs_files"] is not None and spec["grep"] is not None:
+        raise ValueError("vs:file= compares JSON rows; it cannot be used with grep=")
+    if spec["vs_files"] is not None and (spec["field"] or "").startswith("/"):
+        raise ValueError("vs:file= compares rows; it cannot be used with a top-level /FIELD")
     recs = []
     for name in names:
         path = docs / name
         if not path.exists():
             raise ValueError(f"{name}: no such file under {docs}")
         if spec["grep"] is not None:
+            if re.compile(spec["grep"]).groups < 1:
+                raise ValueError(f"grep={spec['grep']} has no (group) to take the value from")
             for m in re.finditer(spec["grep"], path.read_text()):
                 out.append(float(m.group(1).replace(",", "")))
             continue
@@ -192,7 +241,9 @@ def values(spec, docs):
             out += [v for v in lookup(doc, spec["field"][1:]) if isinstance(v, (int, float))]
             continue
         recs += flatten_records(doc)
-    # The records of all the files are pooled: a vs: partner may come from another file.
+    # The records of all the files are pooled: a vs: partner may come from another file. With
+    # vs:file=, the partners come from those files only, and the row's identity must match too.
+    partner_recs = recs if spec["vs_files"] is None else json_records(file_names(spec["vs_files"], docs), docs)
     chosen = [r for r in recs if all(matches(r, k, v) for k, v in spec["filters"])]
     def numbers(rec):
         field = spec["field"].split(".")
@@ -208,11 +259,12 @@ def values(spec, docs):
 
     for r in chosen:
         vs = numbers(r)
-        if spec["vs"]:
+        if spec["vs"] or spec["vs_files"] is not None:
             named = {k for k, _ in spec["vs"]}
-            keys = tuple(k for k in PROBLEM_KEYS + SERVING_KEYS if k not in named)
+            identity = IDENTITY_KEYS if spec["vs_files"] is not None else ()
+            keys = tuple(k for k in PROBLEM_KEYS + SERVING_KEYS + identity if k not in named)
             key = tuple(str(r.get(k)) for k in keys)
-            partners = [p for p in recs if tuple(str(p.get(k)) for k in keys) == key
+            partners = [p for p in partner_recs if tuple(str(p.get(k)) for k in keys) == key
                         and all(matches(p, k, v) for k, v in spec["vs"])]
             if len(partners) != 1:
                 raise ValueError(f"{len(partners)} records match the vs: filters for "
@@ -291,11 +343,24 @@ def check_text(text, docs):
 
 
 def documents(docs):
+    """Every document whose markers are checked (see the docstring); FILE is relative to docs/."""
     out = sorted(docs.rglob("*.md"))
-    readme = docs.parent / "README.md"
+    root = docs.parent
+    readme = root / "README.md"
     if readme.exists():
         out.append(readme)
+    out += sorted(root.glob("steps/*/README.md")) + sorted(root.glob("labs/*/README.md"))
     return out
+
+
+def check_tree(docs):
+    """(markers, [(path, line, marker, problem)]) over every document of the tree."""
+    total, problems = 0, []
+    for path in documents(docs):
+        text = path.read_text()
+        total += len(MARKER.findall(text))
+        problems += [(path, line, spec, problem) for line, spec, problem in check_text(text, docs)]
+    return total, problems
 
 
 def main():
@@ -310,16 +375,12 @@ def main():
         print(f"{len(vals)} value(s), min {min(vals):.6g}, max {max(vals):.6g}:",
               ", ".join(f"{v:.6g}" for v in vals))
         return 0
-    bad = total = 0
-    for path in documents(docs):
-        text = path.read_text()
-        total += len(MARKER.findall(text))
-        for line, spec, problem in check_text(text, docs):
-            print(f"{path.relative_to(docs.parent) if docs.parent in path.parents else path}:{line}: "
-                  f"{problem}\n    <!-- figure: {spec} -->")
-            bad += 1
-    print(f"{total} figure marker(s), {bad} wrong")
-    return 1 if bad else 0
+    total, problems = check_tree(docs)
+    for path, line, spec, problem in problems:
+        print(f"{path.relative_to(docs.parent) if docs.parent in path.parents else path}:{line}: "
+              f"{problem}\n    <!-- figure: {spec} -->")
+    print(f"{total} figure marker(s), {len(problems)} wrong")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

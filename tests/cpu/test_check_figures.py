@@ -3,7 +3,8 @@
 
 Plants wrong figures next to right ones, on a synthetic results file and on the repository's own
 annotated documents, and requires the checker to accept every right one and reject every wrong
-one (including a figure that is off only by its last rounded digit, and a range with one wrong end).
+one (including a figure that is off only by its last rounded digit, a range with one wrong end, a
+ratio of one row across two files, and a wrong figure in a step's or a lab's README).
 """
 import importlib.util
 import json
@@ -66,6 +67,10 @@ with tempfile.TemporaryDirectory() as tmp:
     (docs / "idle.json").write_text(json.dumps({"provenance": {"gpu": {**lgpu, "sm_clock_mhz": 345}},
                                                 "runs": [lrun(lrows)]}))
     (docs / "log.txt").write_text("DRAM Throughput  %  59.72\nDRAM Throughput  %  6.51\n")
+    # vs:file=: the same rows measured twice, in two files (B's 20/a is 10% faster, its cuDNN row 1% slower).
+    (docs / "b.json").write_text(json.dumps({"runs": [
+        run(False, [{"id": "20/a", "tflops": 400.772}, {"id": "99/cudnn", "tflops": 462.535}]),
+        run(True, [{"id": "20/a", "tflops": 333.273}, {"id": "99/cudnn", "tflops": 381.111}])]}))
     m = lambda spec: f"<!-- figure: {spec} -->"
     one = m("r.json id=20/a causal=0 tflops")
     cases = [
@@ -88,6 +93,9 @@ with tempfile.TemporaryDirectory() as tmp:
         (True, "per run", m("r.json id=20/a gpu_after.sm_clock_mhz max") + "1470 MHz"),
         (True, "glob", m("r*.json id=99/cudnn tflops") + "377–458"),
         (True, "grep", m(r"log.txt grep=DRAM\sThroughput\s+%\s+([\d.]+)") + "6.5–59.7%"),
+        (False, "grep without a group", m(r"log.txt grep=DRAM\sThroughput\s+%\s+[\d.]+") + "6.5–59.7%"),
+        (False, "grep cut by a space (the rest read as a filter)",
+         m(r'log.txt grep=DRAM\sThroughput "x=1"\s+%\s+([\d.]+)') + "6.5–59.7%"),
         (False, "grep, wrong", m(r"log.txt grep=DRAM\sThroughput\s+%\s+([\d.]+)") + "6.5–60.7%"),
         (False, "no such file", m("missing.json id=20/a tflops") + "441"),
         (False, "no such row", m("r.json id=21/b tflops") + "441"),
@@ -132,10 +140,49 @@ with tempfile.TemporaryDirectory() as tmp:
          m("idle.json id=20/a limits.start.pct_of_tensor_peak") + "217%"),
         (True, "limits: an idle start clock, the clock after the timing",
          m("idle.json id=20/a limits.after.pct_of_tensor_peak") + "60%"),
+        (True, "vs:file: one row over the same row of another file",
+         m("r.json id=20/a causal=0 tflops vs:file=b.json") + "1.10×"),
+        (False, "vs:file: one row over the same row of another file, wrong",
+         m("r.json id=20/a causal=0 tflops vs:file=b.json") + "1.20×"),
+        (True, "vs:file: both problems, a range", m("r.json id=20/a tflops vs:file=b.json") + "1.10×"),
+        (True, "vs:file: over another row of the other file (vs:id names the partner)",
+         m("r.json id=20/a causal=0 tflops vs:file=b.json vs:id=99/cudnn") + "0.953×"),
+        (False, "vs:file: the other file's cuDNN row taken as its 20/a row",
+         m("r.json id=20/a causal=0 tflops vs:file=b.json vs:id=99/cudnn") + "1.10×"),
+        (True, "vs:file: a glob, pct", m("r.json id=99/cudnn causal=0 tflops vs:file=b* pct") + "−1%"),
+        (False, "vs:file: the partner is not looked for in the marker's own file",
+         m("r.json id=20/a causal=0 tflops vs:file=e.json") + "1.00×"),
+        (False, "vs:file: no such file", m("r.json id=20/a causal=0 tflops vs:file=missing.json") + "1.10×"),
+        (False, "vs:file: with grep", m(r"log.txt grep=DRAM\sThroughput\s+%\s+([\d.]+) vs:file=b.json") + "1"),
         (False, "a | inside a marker in a table", "| x | " + m("r.json id=20/a|21/b causal=0 tflops") + "441 |"),
     ]
     for ok, what, text in cases:
         expect(ok, what, text, docs)
+
+# Markers in a step's or a lab's README are checked too, their FILE relative to docs/ like a chapter's.
+with tempfile.TemporaryDirectory() as tmp:
+    root = pathlib.Path(tmp)
+    docs = root / "docs"
+    (docs / "results").mkdir(parents=True)
+    (docs / "results" / "x.json").write_text(json.dumps({"rows": [{"name": "a", "tflops": 123.4}]}))
+    right = "<!-- figure: results/x.json name=a tflops -->123 TFLOP/s\n"
+    wrong = "<!-- figure: results/x.json name=a tflops -->133 TFLOP/s\n"
+    for sub in ("steps/00_x", "labs/L01_x"):
+        (root / sub).mkdir(parents=True)
+    (docs / "00_x.md").write_text(right)
+    (root / "steps" / "00_x" / "README.md").write_text("a step\n\n" + right)
+    (root / "labs" / "L01_x" / "README.md").write_text(right)
+    total, problems = cf.check_tree(docs)
+    if total != 3 or problems:
+        failures.append(f"READMEs: 3 right markers, found {total} marker(s), problems {problems}")
+    for sub in ("steps/00_x", "labs/L01_x"):
+        readme_path = root / sub / "README.md"
+        readme_path.write_text("a step\n\n" + wrong)
+        total, problems = cf.check_tree(docs)
+        where = [(p.relative_to(root).as_posix(), line) for p, line, _, _ in problems]
+        if where != [(f"{sub}/README.md", 3)]:
+            failures.append(f"{sub}/README.md: a wrong figure must be reported at line 3, found {where}")
+        readme_path.write_text(right)
 
 # The repository's own annotated documents pass, and a figure planted in a copy of one fails.
 real_docs = ROOT / "docs"
