@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Part VII's figures that scripts/figures.py does not draw (matplotlib, PNGs under docs/img/):
+
+  part7-lazy-rescale.png   chapter 35: one row's K/V blocks, its block maxima, its running max and
+                           the reference max the lazy rule keeps. The rule is read from
+                           common/lazy_rescale.hpp (the threshold and the comparison are checked
+                           against the header's text, so a change there fails here). The rows are
+                           synthetic (Gaussian scores), not a measurement.
+  part7-clocks-power.png   Part VII's introduction: SM clock, board power and throughput of the four
+                           back-to-back runs (step 33, FA4, step 33, FA4) read from the committed
+                           docs/results/h200/2026-12-01-p7r3-clocks.txt. Measured.
+
+    scripts/figures_part7.py            # writes both PNGs
+    scripts/figures_part7.py --check    # recomputes without writing (the rule and the file parse)
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+IMG = ROOT / "docs" / "img"
+HEADER = ROOT / "common" / "lazy_rescale.hpp"
+CLOCKS = ROOT / "docs" / "results" / "h200" / "2026-12-01-p7r3-clocks.txt"
+
+
+# ---- the lazy rule -------------------------------------------------------------------------------
+
+def lazy_rule():
+    """(threshold τ in log2 units, must_raise_max) as common/lazy_rescale.hpp defines them."""
+    text = HEADER.read_text()
+    m = re.search(r"kLazyRescaleThresholdLog2\s*=\s*([0-9.]+)f?\s*;", text)
+    if not m:
+        sys.exit(f"{HEADER}: kLazyRescaleThresholdLog2 not found")
+    tau = float(m.group(1))
+    body = re.search(r"must_raise_max\([^)]*\)\s*\{\s*return\s+(.*?);\s*\}", text, re.S)
+    expected = "(m_block - m_ref) * scale_log2 > threshold_log2"
+    if not body or " ".join(body.group(1).split()) != expected:
+        sys.exit(f"{HEADER}: must_raise_max is no longer `{expected}`; update this script")
+
+    def must_raise_max(m_ref, m_block, scale_log2, threshold_log2=tau):
+        # The header's expression, in float32 like the kernel; −inf − x and NaN compare false.
+        with np.errstate(invalid="ignore"):
+            return bool((np.float32(m_block) - np.float32(m_ref)) * np.float32(scale_log2)
+                        > np.float32(threshold_log2))
+
+    return tau, must_raise_max
+
+
+def walk_row(scores, block_n, scale_log2, must_raise_max):
+    """One row's online softmax over its blocks, with the lazy rule: per block its max, the running
+    max (what the eager rule would use) and the reference the lazy rule keeps, all in log2 units,
+    and whether the lazy and the eager rules rescale O at that block."""
+    m_ref = -np.inf
+    running = -np.inf
+    out = []
+    for b in range(len(scores) // block_n):
+        m_block = float(scores[b * block_n:(b + 1) * block_n].max())
+        eager = m_block > running  # the eager rule rescales whenever the running max grows
+        running = max(running, m_block)
+        lazy = must_raise_max(m_ref, m_block, scale_log2)
+        if lazy:
+            m_ref = m_block
+        out.append(dict(block=b, block_max=m_block * scale_log2, running=running * scale_log2,
+                        ref=m_ref * scale_log2, lazy=lazy, eager=eager and b > 0))
+    return out
+
+
+def draw_lazy(write):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tau, must_raise_max = lazy_rule()
+    rng = np.random.default_rng(35)
+    d, block_n, n = 64, 128, 4096
+    scale_log2 = (1.0 / np.sqrt(d)) * np.log2(np.e)
+    # Harness-like scores: q, k ~ N(0, 1), so q·k ~ N(0, D); "large logits": Q × 5, K × 3, plus a
+    # slow drift along the keys (a row whose later keys score higher), so that the max moves.
+    cases = [
+        ("harness-like inputs: q·k ~ N(0, D)", rng.standard_normal(n) * np.sqrt(d)),
+        ("large logits (Q × 5, K × 3) with a drift along the keys",
+         rng.standard_normal(n) * np.sqrt(d) * 15 + np.linspace(0, 60, n) / scale_log2),
+    ]
+    fig, axes = plt.subplots(2, 1, figsize=(10, 7.8), sharex=True)
+    summary = []
+    for ax, (title, scores) in zip(axes, cases):
+        rows = walk_row(scores, block_n, scale_log2, must_raise_max)
+        x = np.array([r["block"] for r in rows])
+        bm = np.array([r["block_max"] for r in rows])
+        run = np.array([r["running"] for r in rows])
+        ref = np.array([r["ref"] for r in rows])
+        lazy = np.array([r["lazy"] for r in rows])
+        eager = np.array([r["eager"] for r in rows])
+        ax.fill_between(x, ref, ref + tau, step="post", color="#c8e6c9", alpha=0.8,
+                        label=f"reference + τ (τ = {tau:g}): a block max inside skips the rescale")
+        ax.plot(x, bm, "o", color="#777777", ms=4, label="block max")
+        ax.step(x, ref, where="post", color="#d62728", lw=2.6, label="lazy reference max")
+        ax.step(x, run, where="post", color="#1f77b4", lw=1.6, ls="--", zorder=5,
+                label="running max (the eager rule's reference)")
+        moved = x[lazy & (x > 0)]
+        ax.plot(moved, ref[lazy & (x > 0)], "v", color="#d62728", ms=10,
+                label="the lazy reference moves: O is rescaled")
+        n_lazy, n_eager = int((lazy & (x > 0)).sum()), int(eager.sum())
+        summary.append((title, n_lazy, n_eager, len(rows) - 1))
+        ax.set_title(f"{title}: O rescaled after block 0 in {n_lazy} of {len(rows) - 1} blocks "
+                     f"(eager rule: {n_eager})", fontsize=10)
+        ax.set_ylabel("score · scale, log2 units")
+        ax.grid(alpha=0.3)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=3)
+    axes[1].set_xlabel(f"K/V block in processing order ({block_n} keys each, N = {n}, D = {d})")
+    fig.suptitle("The lazy rescale on one row (synthetic scores; the rule of common/lazy_rescale.hpp)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    if write:
+        fig.savefig(IMG / "part7-lazy-rescale.png", dpi=110)
+    plt.close(fig)
+    return summary
+
+
+# ---- the clock and power trace -------------------------------------------------------------------
+
+RUN = re.compile(r"kernel_loop: (\S+) .*?: (\d+) back-to-back call\(s\), ([\d.]+) ms each by the host clock "
+                 r"\(([\d.]+) TFLOP/s\)\nclock_trace: (\d+) busy samples of (\d+): SM (\d+) MHz "
+                 r"\(min (\d+), max (\d+)\), power (\d+) W \(max (\d+)\)")
+
+
+def clock_runs():
+    runs = [dict(name=m.group(1), calls=int(m.group(2)), ms=float(m.group(3)), tflops=float(m.group(4)),
+                 busy=int(m.group(5)), samples=int(m.group(6)), sm=int(m.group(7)), sm_min=int(m.group(8)),
+                 sm_max=int(m.group(9)), power=int(m.group(10)), power_max=int(m.group(11)))
+            for m in RUN.finditer(CLOCKS.read_text())]
+    if len(runs) != 4:
+        sys.exit(f"{CLOCKS}: expected 4 runs, parsed {len(runs)}")
+    return runs
+
+
+def draw_clocks(write):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = clock_runs()
+    labels = [f"{i + 1}: {'step 33' if r['name'].startswith('33') else 'FA4'}" for i, r in enumerate(runs)]
+    colors = ["#1f77b4" if r["name"].startswith("33") else "#ff7f0e" for r in runs]
+    x = np.arange(len(runs))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+
+    ax = axes[0]
+    sm = np.array([r["sm"] for r in runs])
+    lo = sm - np.array([r["sm_min"] for r in runs])
+    hi = np.array([r["sm_max"] for r in runs]) - sm
+    ax.bar(x, sm, color=colors)
+    ax.errorbar(x, sm, yerr=[lo, hi], fmt="none", ecolor="black", capsize=5)
+    for xi, v in zip(x, sm):
+        ax.text(xi, v / 2, f"{v}", ha="center", color="white", fontsize=9)
+    ax.set_ylim(0, 2100)
+    ax.set_title("SM clock, MHz (mean of busy samples; min–max)", fontsize=10)
+
+    ax = axes[1]
+    pw = np.array([r["power"] for r in runs])
+    ax.bar(x, pw, color=colors)
+    ax.plot(x, [r["power_max"] for r in runs], "_", color="black", ms=30, mew=2, label="highest sample")
+    for xi, v in zip(x, pw):
+        ax.text(xi, v / 2, f"{v}", ha="center", color="white", fontsize=9)
+    ax.set_ylim(0, 880)
+    ax.legend(fontsize=8, loc="upper center", frameon=False)
+    ax.set_title("board power, W (mean of busy samples)", fontsize=10)
+
+    ax = axes[2]
+    tf = np.array([r["tflops"] for r in runs])
+    ax.bar(x, tf, color=colors)
+    for xi, v in zip(x, tf):
+        ax.text(xi, v - 40, f"{v:.1f}", ha="center", color="white", fontsize=9)
+    ax.set_ylim(500, 650)
+    ax.set_title("TFLOP/s by the host clock (axis from 500)", fontsize=10)
+
+    for ax in axes:
+        ax.set_xticks(x, labels, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Measured on the H200: 3,000 back-to-back calls per run, B=2 H=16 N=8192 D=128 fp16, "
+                 "runs in the order shown (2026-12-01-p7r3-clocks.txt)", fontsize=10)
+    fig.tight_layout()
+    if write:
+        fig.savefig(IMG / "part7-clocks-power.png", dpi=110)
+    plt.close(fig)
+    return runs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compute, write nothing")
+    args = ap.parse_args()
+    for title, n_lazy, n_eager, blocks in draw_lazy(not args.check):
+        print(f"lazy rescale, {title}: {n_lazy} of {blocks} later blocks rescale (eager: {n_eager})")
+    for r in draw_clocks(not args.check):
+        print(f"{r['name']}: SM {r['sm']} MHz, power {r['power']} W, {r['tflops']} TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
