@@ -3,7 +3,8 @@
 
   labs/check.sh L09 [--solution] [--cpu]     (or run this file directly)
 
-  1. your file, outside the marked region, is the reference's, line for line;
+  1. your file, outside the marked region, is the reference's, line for line, and the region does
+     not call hopper::keep_above_wait (chapter 31's helper, the answer: write the store yourself);
   2. it compiles for sm_90a with the project's flags (nvcc), together with the driver run.cu;
   3. the SASS (cuobjdump): the kernel still has its 12 HGMMA and all 64 MUFU.EX2, and how many of
      those exponentials run between the last HGMMA issue and WARPGROUP.DEPBAR.LE gsb0, 0x0, the
@@ -40,6 +41,7 @@ KERNEL_FILE = "overlap.cu"
 KERNEL_NAME = "overlap_kernel"
 BEGIN = "// ==== L09: your edit begins"
 END = "// ==== L09: your edit ends"
+HELPER = "keep_above_wait"  # chapter 31's pin, in wgmma.cuh: the answer, so not allowed in the region
 # What the kernel is (lab09.hpp): S = Q Kᵀ in D/16 = 4 k16 steps (SS), O = P V in
 # kBlockN/16 = 8 (RS); kBlockN/2 = 64 scores per thread, one exponential each.
 EXPECTED_HGMMA = 4 + 8
@@ -79,6 +81,10 @@ def check_region(path, reference):
             if a != t:
                 return (f"{path.name}:{first + i + 1} is {part} the marked region and differs from the reference "
                         f"(only the region may change):\n      yours:     {a.strip()}\n      reference: {t.strip()}")
+    for i, ln in enumerate(mine[1]):
+        if HELPER in ln.split("//")[0]:
+            return (f"{path.name}:{len(mine[0]) + i + 1} calls hopper::{HELPER}, chapter 31's helper: it is this lab's "
+                    "answer, so the lab asks you to write that store yourself (inline PTX in the region)")
     return None
 
 
@@ -268,13 +274,32 @@ def selftest(args):
     starter = (HERE / KERNEL_FILE).read_text()
     head, region, tail = split_region(starter, KERNEL_FILE)
     work = [ln for ln in region if "exp2_approx" in ln or "pragma" in ln or ln.lstrip().startswith("for")]
+
+    def store(values, space="shared", predicate="setp.gt.u32 never, lane, 31;"):
+        """A never-executed store of `values` written in the region, as a learner would write it."""
+        return ["  asm volatile(\"{\\n.reg .pred never;\\n.reg .u32 lane;\\nmov.u32 lane, %%laneid;\\n\"",
+                f"               \"{predicate}\\n@never st.{space}.v2.f32 [%0], {{%1, %2}};\\n}}\\n\"",
+                f"               :: \"{'l' if space == 'global' else 'r'}\"({'nowhere' if space == 'global' else '0u'}), "
+                f"\"f\"({values[0]}), \"f\"({values[1]}) : \"memory\");"]
+
+    def with_region(lines):
+        return "\n".join(head + work + lines + tail)
+
     cases = [
         ("the reference", (HERE / "solution" / KERNEL_FILE).read_text(), PASS, r"^L09: CPU parts PASS"),
         ("the starter (an empty asm with a memory clobber)", starter, FAIL, r"only \d+ of the 64 exponentials run under"),
-        ("fence_registers on the row sums", "\n".join(head + work + ["  hopper::fence_registers(row_sum);"] + tail),
+        ("fence_registers on the row sums", with_region(["  hopper::fence_registers(row_sum);"]),
          FAIL, r"only \d+ of the 64 exponentials run under"),
+        ("chapter 31's helper called", with_region(["  hopper::keep_above_wait(row_sum[0], row_sum[1]);"]),
+         FAIL, r"calls hopper::keep_above_wait, chapter 31's helper"),
         ("the work deleted", "\n".join(head + tail), FAIL, r"has 0 MUFU.EX2, not 64"),
-        ("only one row's sums pinned", "\n".join(head + work + ["  hopper::keep_above_wait(row_sum[0], row_sum[0]);"] + tail),
+        ("the learner's store, one row's sums only", with_region(store(("row_sum[0]", "row_sum[0]"))),
+         FAIL, r"only \d+ of the 64 exponentials run under"),
+        ("the learner's store, a constant predicate (ptxas deletes it)",
+         with_region(store(("row_sum[0]", "row_sum[1]"), predicate="setp.ne.u32 never, 0, 0;")),
+         FAIL, r"only \d+ of the 64 exponentials run under"),
+        ("the learner's store, to global memory (pins nothing)",
+         with_region(["  float* const nowhere = l;"] + store(("row_sum[0]", "row_sum[1]"), space="global")),
          FAIL, r"only \d+ of the 64 exponentials run under"),
         ("a line outside the region changed", starter.replace("hopper::wgmma_wait<1>();", "hopper::wgmma_wait<0>();"),
          FAIL, r"is before the marked region and differs"),

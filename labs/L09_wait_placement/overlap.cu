@@ -101,7 +101,9 @@ __global__ void __launch_bounds__(kThreads) overlap_kernel(const __half* q, cons
   // read and wrote all memory. Surely that keeps the sums above the wait?
   asm volatile("" ::: "memory");
   // TODO(L09): make all 64 exponentials run before WARPGROUP.DEPBAR.LE gsb0, 0x0 in the SASS,
-  // without changing what the kernel computes (labs/check.sh L09 counts them).
+  // without changing what the kernel computes (labs/check.sh L09 counts them). Write it
+  // yourself, here: the headers' hopper::keep_above_wait is the answer, and the checker refuses
+  // a region that calls it.
   // ==== L09: your edit ends ====
 
   hopper::wgmma_wait<0>();  // O = P·V is done: O may be read, and a may be overwritten

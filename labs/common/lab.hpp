@@ -2,7 +2,7 @@
 // grid through the harness (the same runner, references and pass rule as the ladder's GPU tests),
 // and one verdict printed at the end, with an exit code a script can read.
 //
-// A lab kernel file registers itself like a step, with the number 50 + lab (51 … 55). It is linked
+// A lab kernel file registers itself like a step, with the number 50 + lab (51 … 60; L09, L11 and L12 run their own kernels and register none). It is linked
 // only into its lab's checker, never into `ladder` or the GPU tests: a starter fails by design, and
 // the ladder must not.
 #pragma once

@@ -101,10 +101,22 @@ __global__ void __launch_bounds__(kThreads) overlap_kernel(const __half* q, cons
   // clobber, fence_registers) leaves nothing in the PTX for it to respect. The wait has no data
   // dependence on the exponentials, so ptxas is free to hoist it above them, and with an RS
   // product in flight it does. What ptxas keeps in order with a wgmma.wait_group is memory
-  // operations: a shared-memory store that reads both row sums needs every exponential before it,
-  // and stays above the wait. keep_above_wait predicates that store on laneid > 31 (never true,
-  // but not a constant ptxas can fold), so it writes nothing and costs three instructions.
-  hopper::keep_above_wait(row_sum[0], row_sum[1]);
+  // operations. So: one shared-memory store that reads BOTH row sums (every exponential feeds
+  // one of them, so all 64 must be computed before it), placed here, before the wait. It must
+  // never execute (it would write shared memory the kernel owns), and ptxas must not be able to
+  // prove that, or it deletes the store and the pin with it: the predicate is laneid > 31, false
+  // for every lane but read from a special register ptxas cannot fold. The address is 0, never
+  // touched; "memory" keeps the compiler from moving it. Three SASS instructions: S2R of the lane
+  // id, ISETP, and the predicated STS.
+  asm volatile(
+      "{\n"
+      ".reg .pred never;\n"
+      ".reg .u32 lane;\n"
+      "mov.u32 lane, %%laneid;\n"
+      "setp.gt.u32 never, lane, 31;\n"
+      "@never st.shared.v2.f32 [%0], {%1, %2};\n"
+      "}\n" ::"r"(0u), "f"(row_sum[0]), "f"(row_sum[1])
+      : "memory");
   // ==== L09: your edit ends ====
 
   hopper::wgmma_wait<0>();  // O = P·V is done: O may be read, and a may be overwritten
