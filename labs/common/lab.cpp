@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
 #include "common/gpu_info.hpp"
@@ -132,10 +133,15 @@ RunOptions timed_options() {
 }
 
 std::vector<AttentionShape> attention_grid_shapes() {
+  // Named arrays, not a ?: between two braced lists: the arrays behind such initializer_lists die
+  // at the end of the ?: expression, and the loop would read freed stack (garbage sizes).
+  static constexpr int kSmallSeqlens[] = {113, 600};
+  static constexpr int kGridSeqlens[] = {1, 17, 64, 113, 128, 1000, 2048};
+  const std::span<const int> seqlens = g_small ? std::span<const int>(kSmallSeqlens) : std::span<const int>(kGridSeqlens);
   std::vector<AttentionShape> shapes;
   for (int d : {64, 128})
     for (bool causal : {false, true})
-      for (int n : g_small ? std::initializer_list<int>{113, 600} : std::initializer_list<int>{1, 17, 64, 113, 128, 1000, 2048})
+      for (int n : seqlens)
         shapes.push_back({.batch = 1, .heads = 3, .seqlen = n, .head_dim = d, .causal = causal});
   return shapes;
 }

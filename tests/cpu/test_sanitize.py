@@ -346,7 +346,7 @@ def test_arguments(tmp):
                      (["-j", "x", tmp / "o.log"], "-j takes"),
                      (["--budget", "-5", tmp / "o.log"], "--budget takes"),
                      (["--tools", "memcheck,bogus", tmp / "o.log"], "unknown tool 'bogus'"),
-                     (["--labs", "L10", tmp / "o.log"], "unknown lab 'L10'"),
+                     (["--labs", "L13", tmp / "o.log"], "unknown lab 'L13'"),
                      (["--steps", "3,x", tmp / "o.log"], "--steps takes"),
                      (["--build", tmp / "nowhere", tmp / "o.log"], "no "),
                      (["--build", build], "OUT_LOG"),
