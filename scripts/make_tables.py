@@ -12,7 +12,7 @@ A chapter asks for a table with a marker pair; everything between them is replac
         TFLOP/s per N for each variant, with the peers and the ratio to PyTorch's flash backend
     <!-- table: ncu FILE.csv [ids=...] -->            Nsight Compute counters per (variant, D)
     <!-- table: csv FILE.csv [ids=...] [cols=0,2,5] -->  a summary CSV (first column the id) as is
-    <!-- table: ablation FILE[,FILE...] d=64 [ids=...] -->
+    <!-- table: ablation FILE[,FILE...] d=64 [ids=...] [dtype=fp16|bf16] -->
         each variant's speed-up over the variant it is compared with, per N, causal and not
     <!-- table: crosscheck FILE [ids=20/x,21/y] -->
         scripts/peers.py's file with the ladder's rows (--ladder-lib): per shape, PyTorch's cuDNN
@@ -173,7 +173,7 @@ def bench_table(spec):
                 ids.append(row["id"])
     shape = runs[0]["shape"] if runs else {}
     head = f"B×H = {'16k tokens / N' if shape.get('batch', 0) * shape.get('seqlen', 0) == 16384 and len(set(r['shape']['batch'] for r in runs)) > 1 else shape.get('batch')} × {shape.get('heads')}"
-    ratio = "; in brackets the ratio to PyTorch's flash (FA2) backend in the same round" if peers else ""
+    ratio = "; in brackets the ratio to PyTorch's flash (FA2) backend in the same measurement" if peers else ""
     out = [f"TFLOP/s, D={d}, {'causal' if causal else 'non-causal'}, {head}{ratio}.\n",
            "| variant | " + " | ".join(f"N={n}" for n in ns) + " |",
            "|---|" + "---|" * len(ns)]
@@ -267,6 +267,8 @@ def ablation_table(spec):
     d = int(spec["d"])
     prefixes = [p for p in spec.get("ids", "").split(",") if p]
     runs = [r for r in runs if r["shape"]["head_dim"] == d]
+    if "dtype" in spec:  # a file that holds fp16 and bf16 problems: one element type per table
+        runs = [r for r in runs if r["shape"].get("dtype", "fp16") == spec["dtype"]]
     runs.sort(key=lambda r: (r["shape"]["causal"], r["shape"]["seqlen"]))
     ids, duplicates, baseline_of = [], {}, {}
     seen, dup_runs = {}, {}  # id -> runs it appears in, runs where it is another row's kernel
@@ -288,7 +290,8 @@ def ablation_table(spec):
     # changes only the causal schedule): a row whose cells there say which kernel they would time.
     everywhere = {k: v for k, v in duplicates.items() if dup_runs[k] == seen[k]}
     head = " | ".join(f"{'causal' if r['shape']['causal'] else 'non-causal'} N={r['shape']['seqlen']}" for r in runs)
-    out = [f"Speed-up over the compared variant (\"same\": within the noise of the rounds), D={d}.\n",
+    out = [f"Speed-up over the compared variant (\"same\": within the noise of the timing passes), D={d}"
+           f"{', ' + spec['dtype'] if 'dtype' in spec else ''}.\n",
            f"| variant | vs | {head} |", "|---|---|" + "---|" * len(runs)]
     dagger = False
     for i in ids:
@@ -358,7 +361,7 @@ def _peers_footer(data, spec, command):
     g = p["gpu"]
     fa4 = p.get("fa4", {})
     fa4_text = f", FlashAttention-4 {fa4['version']}" if fa4.get("version") else ""
-    cut = " The round stopped before its last shape (`complete: false`)." if data.get("complete") is False else ""
+    cut = " The run stopped before its last shape (`complete: false`)." if data.get("complete") is False else ""
     return (f"*{g.get('name', '?')}, driver {g.get('driver_version', '?')}, PyTorch {g.get('torch', '?')}, "
             f"cuDNN {g.get('cudnn', '?')}{fa4_text}, SM clock {g.get('sm_clock_mhz', '?')} MHz at start; commit "
             f"`{p.get('git_commit', '?')}`, {p.get('date', '?')[:10]}; `{command}` (`docs/{spec['file']}`).{cut}*")
@@ -378,7 +381,7 @@ def crosscheck_table(spec):
              + len(ids) * (2 + (1 if fa4 else 0) + (1 if backward else 0)))
     what = ("Backward (dQ, dK, dV from dO; FLOPs 2.5× the forward's), TFLOP/s" if backward else "TFLOP/s")
     out = [f"{what} in {dtype}, all timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three "
-           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
+           "interleaved passes) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
            + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "")
            + ("; × FA2 = the ladder variant / PyTorch's FlashAttention-2 backend" if backward else "") + ".\n",
            head, "|" + "---|" * ncols]
@@ -445,7 +448,7 @@ def servecheck_table(spec):
             "that a 4 GiB device-to-device copy moved (read + write) in the same run" if bound
             else f"TFLOP/s in {dtype}")
     out = [f"{kind}: {what}, all timed by `scripts/peers.py --pass serve` (CUDA-graph replays, L2 flushed, three "
-           "rounds) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
+           "interleaved passes) in one process; × cuDNN = the ladder variant / PyTorch's cuDNN backend"
            + ("; × FA4 = the ladder variant / FlashAttention-4" if fa4 else "")
            + ("; PyTorch's rows run the contiguous K/V of the same values" if kind == "paged" else "") + ".\n",
            head, "|" + "---|" * ncols]
@@ -483,7 +486,7 @@ def compare_table(spec):
         return name.split(":", 2)[-1]
     out = [f"new/old (TFLOP/s of the new variant / the old one) in {dtype}, both libraries loaded in one "
            "process and timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three interleaved "
-           "rounds); ≈: the rounds disagree on the side of 1.\n",
+           "passes); ≈: the passes disagree on the side of 1.\n",
            "| old → new | " + " | ".join(f"{'causal' if c else 'none'} B={b} H={h} N={n} D={d}"
                                       for b, h, n, d, c in shapes) + " |",
            "|---|" + "---|" * len(shapes)]
