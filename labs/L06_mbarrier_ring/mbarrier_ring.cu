@@ -83,34 +83,16 @@ __device__ DeviceStalls g_stalls;
 __device__ std::uint64_t g_stall_ns;
 
 #if LADDER_SM90A
-__device__ __forceinline__ bool try_wait(std::uint64_t* bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(ptx::smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-__device__ __forceinline__ std::uint64_t globaltimer_ns() {
-  std::uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // hopper::mbarrier_wait with a deadline. false: the phase did not complete within stall_ms() (or
 // another wait of this launch gave up first). A consumer goes on regardless — every warp of a
 // warpgroup must reach the same wgmma — and computes garbage the check then rejects; the producer
 // stops issuing copies, so nothing is in flight when the CTA exits.
 __device__ bool ring_wait(std::uint64_t* bar, std::uint32_t parity, lab06::Waiter waiter, int stage, int block) {
-  if (try_wait(bar, parity)) return true;
-  const std::uint64_t start = globaltimer_ns();
+  if (hopper::mbarrier_try_wait(bar, parity)) return true;
+  const std::uint64_t start = ptx::globaltimer_ns();
   for (;;) {
-    if (try_wait(bar, parity)) return true;
-    const bool timed_out = globaltimer_ns() - start > g_stall_ns;
+    if (hopper::mbarrier_try_wait(bar, parity)) return true;
+    const bool timed_out = ptx::globaltimer_ns() - start > g_stall_ns;
     if (timed_out || *static_cast<volatile unsigned*>(&g_abort)) {
       if (timed_out) atomicExch(&g_abort, 1u);
       const int slot = waiter == lab06::Waiter::kProducer ? 0 : 1;

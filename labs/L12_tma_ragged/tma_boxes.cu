@@ -31,29 +31,11 @@ constexpr int kBufferBytes = 256 * kRowBytes;  // the largest box of 128-byte ro
 constexpr std::size_t kSmemBytes = kBufferBytes + hopper::kSwizzleAlign;
 
 #if LADDER_SM90A
-__device__ __forceinline__ bool try_wait(std::uint64_t* bar, std::uint32_t parity) {
-  std::uint32_t done = 0;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(ptx::smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-__device__ __forceinline__ std::uint64_t globaltimer_ns() {
-  std::uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // hopper::mbarrier_wait with a deadline: false if the phase did not complete within `limit_ns`.
 __device__ bool bounded_wait(std::uint64_t* bar, std::uint32_t parity, std::uint64_t limit_ns) {
-  const std::uint64_t start = globaltimer_ns();
-  while (!try_wait(bar, parity))
-    if (globaltimer_ns() - start > limit_ns) return false;
+  const std::uint64_t start = ptx::globaltimer_ns();
+  while (!hopper::mbarrier_try_wait(bar, parity))
+    if (ptx::globaltimer_ns() - start > limit_ns) return false;
   return true;
 }
 

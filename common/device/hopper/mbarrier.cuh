@@ -74,6 +74,20 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
   } while (!done);
 }
 
+// One test of the phase of parity `parity`, with the same acquire as mbarrier_wait: true once it
+// has completed. For a wait with a deadline (the labs report a stall instead of hanging).
+__device__ __forceinline__ bool mbarrier_try_wait(std::uint64_t* bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(ptx::smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // Writes by ordinary instructions (st.shared, cp.async) to shared memory that the async proxy
 // (wgmma, TMA) reads next must be fenced by each writing thread before the barrier that
 // publishes them.
