@@ -41,7 +41,7 @@ the other measured plots are scripts/plot's).
 
   part6-split-kv.png      step 28 at Part VI's four decode shapes on 132 SMs (2 CTAs per SM): the
                           CTAs one per (batch, K/V head) gives against the split rule of
-                          common/split_kv.hpp (re-implemented below, split_rule), and the fraction
+                          common/split_kv.hpp (figures_part6.splits_for, which reads its constants), and the fraction
                           of the GPU's CTA slots each fills: a model of occupancy, not a measurement.
   part7-overlap-pinned.png  one warpgroup's iteration in step 21's SASS and in step 31's: the softmax
                           waits for both products, or for S_i only (schematic, from the SASS order).
@@ -757,23 +757,9 @@ DECODE_SHAPES = [(8, 32, 8, 32768), (64, 32, 8, 4096), (1, 64, 8, 131072), (128,
 DECODE_CTAS_PER_SM, DECODE_KEYS, DECODE_MIN_TILES = 2, 16, 12  # steps 28/29 at D = 128
 
 
-def wave_fill(ctas, slots):
-    return ctas / (ceil_div(ctas, slots) * slots)
-
-
-def split_rule(ctas, tiles, slots, min_fill=0.95, max_waves=8, max_splits=256):
-    """common/split_kv.hpp's choose_splits: the fewest splits whose waves are >= 95% full."""
-    limit = min(max(tiles // DECODE_MIN_TILES, 1), max_splits)
-    best, best_fill = 1, wave_fill(ctas, slots)
-    s = 1
-    while s <= limit and ctas * s <= max(ctas, max_waves * slots):
-        f = wave_fill(ctas * s, slots)
-        if f >= min_fill:
-            return s
-        if f > best_fill:
-            best, best_fill = s, f
-        s += 1
-    return best
+# The split rule of common/split_kv.hpp, with its constants read from the header: one copy, in
+# figures_part6.py (which draws the merge of the same splits).
+from figures_part6 import splits_for, wave_fill  # noqa: E402
 
 
 def fig_split_kv(out):
@@ -782,7 +768,7 @@ def fig_split_kv(out):
     labels, one, split, counts = [], [], [], []
     for b, hq, hkv, nk in DECODE_SHAPES:
         ctas = b * hkv  # Nq = 1: group <= 16 rows, one row block
-        s = split_rule(ctas, nk // DECODE_KEYS, slots)
+        s = splits_for(ctas, nk // DECODE_KEYS, slots, DECODE_MIN_TILES)
         labels.append(f"B={b} Hq={hq} Hkv={hkv}\nNk={nk}")
         one.append(min(ctas, slots) / slots if ctas < slots else wave_fill(ctas, slots))
         split.append(wave_fill(ctas * s, slots) if ctas * s >= slots else ctas * s / slots)
