@@ -16,7 +16,8 @@
     the repository that exists (anchors are not checked); docs/README.md lists every chapter.
 
 A lesson's visible prose (every chapter, every part introduction docs/part*.md, docs/START.md)
-speaks to the learner, not about the team's work. It must not contain:
+speaks to the learner, not about the team's work; so does the rest of a learner's path (README.md,
+docs/README.md, labs/README.md, every steps/*/README.md and labs/*/README.md). It must not contain:
 
   - a measurement round: "round N", "rounds N–M", "round-N", "round N of …" (N a number or a
     number word one … ten), any case; "rounded", "round-robin", "round trip", "round up" are fine;
@@ -277,9 +278,13 @@ def main():
         for problem in check(path, root) + figures.get(path, []):
             report(path.name, problem)
     lessons = chapters + sorted(docs.glob("part*.md")) + [p for p in [docs / "START.md"] if p.exists()]
-    for path in lessons:
+    # The rest of a learner's path: the front pages and every step's and lab's README.
+    path_pages = [p for p in [root / "README.md", docs / "README.md", root / "labs" / "README.md"] if p.exists()]
+    path_pages += sorted(root.glob("steps/*/README.md")) + sorted(root.glob("labs/*/README.md"))
+    for path in lessons + path_pages:
+        name = path.name if path.parent == docs and path.name != "README.md" else str(path.resolve().relative_to(root.resolve()))
         for line, problem in prose_problems(path.read_text()):
-            report(path.name, problem, line)
+            report(name, problem, line)
     for path in sorted(list(docs.glob("*.md")) + list(docs.glob("results/notes/*.md"))):
         for link in broken_links(path, root.resolve()):
             if re.fullmatch(r"diffs/\d\d-\d\d\.diff", link):

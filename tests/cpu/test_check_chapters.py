@@ -157,6 +157,14 @@ tree = good_tree()
 tree["docs/results/notes/round-3.md"] += "\nRound 3 at commit 00fb939 (issue 14), one session.\n"
 expect(True, "history in a notes file", tree)
 
+# The rest of a learner's path: the front pages and every step's and lab's README.
+for name in ("README.md", "docs/README.md", "labs/README.md", "steps/00_alpha/README.md",
+             "labs/L01_x/README.md"):
+    tree = good_tree()
+    tree[name] = tree.get(name, "# Page\n\nThe round trip of a tile, rounded.\n") + "\nMeasured in round 3 (commit 00fb939).\n"
+    lines = tree[name].count("\n")
+    expect(False, f"round 3 in {name}", tree, where=f"{name}:{lines}:")
+
 # Structure: a generated table must end.
 tree = good_tree()
 tree["docs/01_beta.md"] = chapter("Beta", "img/beta.png",
