@@ -25,7 +25,7 @@
 // 132 SMs. Step 04 swaps the loops, which fixes both.
 //
 // Everything inside a tile is what step 04 keeps: 256 threads, register micro-tiles for
-// S = QKᵀ and for P V, S and P through shared memory, scalar fp32 FFMA (no tensor cores). The
+// S = QKᵀ and for P V, P through shared memory (S stays in registers), scalar fp32 FFMA (no tensor cores). The
 // two variants differ only in Br, the rows of a Q block: 48 (the seed's v1) and 64 (its v1.1).
 #include <cuda_fp16.h>
 

@@ -22,10 +22,10 @@
 //      and the element mask runs only on the blocks that cross it;
 //   4. K/V tiles are double-buffered with cp.async: tile j+1 is in flight while tile j is used.
 // Bc drops from 64 to 32 to make room in shared memory (see kBlockN). Everything else (the thread
-// layout, the register micro-tiles, S and P through shared memory, the exp2 form of the softmax,
+// layout, the register micro-tiles, P through shared memory (S stays in registers), the exp2 form of the softmax,
 // the masks' arithmetic) is step 03's code, unchanged.
 //
-// Arithmetic is still scalar fp32 FFMA on the CUDA cores. S (as P) and the O accumulator live in
+// Arithmetic is still scalar fp32 FFMA on the CUDA cores. P and the O accumulator live in
 // shared memory, as in the seed's v2.0; step 05 moves both products onto the tensor cores and
 // both matrices into registers.
 #include <cuda_fp16.h>
