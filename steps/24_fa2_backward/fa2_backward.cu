@@ -113,9 +113,9 @@ struct Tile {
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kKeySteps = kBlockN / 16;         // k16 steps of dQ (keys)
 
-  // Shared memory (element type, all XOR-swizzled): K and V of the CTA (loaded once), Q and dO
+  // Shared memory (element tiles XOR-swizzled): K and V of the CTA (loaded once), Q and dO
   // double-buffered, dSᵀ of one step; then lse·log2(e) and D of the step's queries (fp32, double
-  // buffered). 81 KB at D = 64, 145 KB at D = 128.
+  // buffered). 130 KB at D = 64, 145 KB at D = 128.
   static constexpr int kStages = 2;
   static constexpr int kKVElems = kBlockN * kHeadDim;
   static constexpr int kQElems = kBlockM * kHeadDim;

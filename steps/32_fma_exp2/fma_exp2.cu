@@ -422,8 +422,8 @@ ladder::Variant variant(const char* name, const char* description) {
       });
 }
 
-// The main is provisional (both ideas; chapter 32's prediction): the round decides, and lazy_rescale
-// takes it if the polynomial does not pay on Hopper.
+// The main variant is lazy_rescale: the cubic does not pay on Hopper (chapter 32), the lazy rescale
+// does a little on this kernel (chapter 35).
 LADDER_REGISTER_STEP(
     ladder::attention_step(32, "fma_exp2", "The exponential bottleneck at D = 64: exp2 on the FMA pipes, O rescaled only when the max moves", "31/pinned")
         .add(variant<kPolyQuarter, false>("poly_quarter", "31/pinned with a quarter of each row's exponentials (column tiles j % 4 == 3) as a cubic on the FMA pipes"))

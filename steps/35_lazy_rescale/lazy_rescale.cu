@@ -1,6 +1,6 @@
 // Step 35 — step 32's lazy rescale in the ladder's top two-consumer kernel (step 33).
 //
-// Step 32 measured FlashAttention-4's conditional rescaling on step 31's kernel: 3–4% at D = 128,
+// Step 32 measured FlashAttention-4's conditional rescaling on step 31's kernel: 3–5% at D = 128,
 // where each block's rescale of O is 64 multiplies per thread on the path between the second wait
 // and the next turn. Here it goes into step 33's kernel (step 21's with the descriptors built
 // once), the top of the ladder at D = 128: a row's reference max moves only when a block's max
