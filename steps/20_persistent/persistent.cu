@@ -1,6 +1,6 @@
 // Step 20 — a persistent grid and a TMA store epilogue.
 //
-// Through step 19 the grid has one CTA per 128-row query tile: B·H·N/128 CTAs (2048 at B=4 H=8
+// Through step 19 the grid has one CTA per 128-row query tile: B·H·N/128 CTAs (2048 at B=4 H=16
 // N=4096), each paying a prologue (barrier set-up, the first loads with nothing to overlap them)
 // and an epilogue (normalise and store O, with the tensor cores idle), and at the end a last,
 // partial wave. Here the grid is one CTA per SM, and each CTA walks a list of work tiles:
