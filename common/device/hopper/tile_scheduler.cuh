@@ -19,7 +19,7 @@
 // (FlashAttention-3's get_initial_work / get_next_work / prefetch_next_work, with the producer's
 // broadcast of a dynamic tile riding on q_full instead of two more named barriers.)
 //
-// Three schedulers:
+// Four schedulers:
 //   RowWalk  static: CTA c takes tiles c, c + G, c + 2G, ... (G CTAs). Without a mask the tiles
 //            are numbered head-major (the CTAs that run together share a few heads' K and V in
 //            L2); with the causal mask heaviest query block first, so the short tiles fill the end
