@@ -14,13 +14,10 @@ course's choice and is listed in READ_FIRST below (dashed arrows).
 
 matplotlib is installed with pip if it is missing (CI never runs this script).
 """
-import argparse
-import pathlib
 import re
-import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from figlib import ROOT, arrow, out_dir, parser, pyplot, save
 
 # (part, first step, last step, hours, on the core path?). Hours: reading a chapter with its kernel
 # open, answering its questions and doing one exercise; a lab adds 1-2 h (labs/README.md).
@@ -95,16 +92,9 @@ def edges(steps):
     return out
 
 
-def draw(steps, out_dir):
-    try:
-        import matplotlib
-    except ImportError:
-        print("scripts/figures_course.py: matplotlib is missing; installing it with pip", file=sys.stderr)
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"])
-        import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+def draw(steps, out):
+    plt = pyplot()
+    from matplotlib.patches import FancyBboxPatch
 
     pos = {}
     fig, ax = plt.subplots(figsize=(15, 7.8))
@@ -136,10 +126,9 @@ def draw(steps, out_dir):
         else:
             start, end = (xa, ya - 0.28), (xb, yb + 0.28)
             rad = 0.0
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10,
-                                     connectionstyle=f"arc3,rad={rad}",
-                                     color="#2b6cb0" if kind == "measured" else "#c05621",
-                                     lw=1.0, ls="-" if kind == "measured" else "--", alpha=0.8))
+        arrow(ax, start, end, arrowstyle="-|>", mutation_scale=10, connectionstyle=f"arc3,rad={rad}",
+              color="#2b6cb0" if kind == "measured" else "#c05621",
+              lw=1.0, ls="-" if kind == "measured" else "--", alpha=0.8)
     ax.plot([], [], color="#2b6cb0", label="improves on (its speed-up is measured against it)")
     ax.plot([], [], color="#c05621", ls="--", label="a new kernel: read this chapter first")
     ax.legend(loc="lower right", fontsize=8.5, frameon=False)
@@ -148,17 +137,14 @@ def draw(steps, out_dir):
     ax.axis("off")
     ax.set_title("The course's map: the core path (blue) and its branches (grey); arrows read from "
                  "the steps' registrations", fontsize=11)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "course-path.png"
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    print(path)
+    save(fig, out_dir(out), "course-path.png", dpi=130, bbox_inches="tight")
+    print(out / "course-path.png")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "img")
-    parser.add_argument("--print", action="store_true", help="print the edges, draw nothing")
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--print", action="store_true", help="print the edges, draw nothing")
+    args = ap.parse_args()
     steps = registrations()
     missing = [n for _, a, b, _, _ in PARTS for n in range(a, b + 1) if n not in steps]
     if missing:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Part VII's figures that scripts/figures.py does not draw (matplotlib, PNGs under docs/img/):
+"""Draws Part VII's figures (chapters 31-35 and the part's introduction) into docs/img/:
 
   part7-lazy-rescale.png   chapter 35: one row's K/V blocks, its block maxima, its running max and
                            the reference max the lazy rule keeps. The rule is read from
@@ -9,35 +9,38 @@
   part7-clocks-power.png   Part VII's introduction: SM clock, board power and throughput of the four
                            back-to-back runs (step 33, FA4, step 33, FA4) read from the committed
                            docs/results/h200/2026-12-01-p7r3-clocks.txt. Measured.
+  part7-overlap-pinned.png one warpgroup's iteration in step 21's SASS and in step 31's: the softmax
+                           waits for both products, or for S_i only (schematic, from the SASS order).
+  part7-desc-iterators.png one unmasked K/V block's SASS instructions by kind, steps 21/33 and 22/34
+                           (results/h200/2026-12-01-p7r2-sass-loops.json: counted from SASS, not timed).
 
-    scripts/figures_part7.py            # writes both PNGs
+(part7-exp2-poly.png, chapter 32's, is drawn by scripts/fit_exp2_poly.py.)
+
+    scripts/figures_part7.py            # writes the four PNGs
+    scripts/figures_part7.py --out DIR  # somewhere else
     scripts/figures_part7.py --check    # recomputes without writing (the rule and the file parse)
 """
-import argparse
-import pathlib
+import json
 import re
 import sys
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-IMG = ROOT / "docs" / "img"
-HEADER = ROOT / "common" / "lazy_rescale.hpp"
-CLOCKS = ROOT / "docs" / "results" / "h200" / "2026-12-01-p7r3-clocks.txt"
+from figlib import (BLUE, GREEN, GREY, ORANGE, RED, RESULTS, out_dir, parser, pyplot, save, source_constant,
+                    source_match)
+
+HEADER = "common/lazy_rescale.hpp"
+CLOCKS = RESULTS / "2026-12-01-p7r3-clocks.txt"
 
 
 # ---- the lazy rule -------------------------------------------------------------------------------
 
 def lazy_rule():
     """(threshold τ in log2 units, must_raise_max) as common/lazy_rescale.hpp defines them."""
-    text = HEADER.read_text()
-    m = re.search(r"kLazyRescaleThresholdLog2\s*=\s*([0-9.]+)f?\s*;", text)
-    if not m:
-        sys.exit(f"{HEADER}: kLazyRescaleThresholdLog2 not found")
-    tau = float(m.group(1))
-    body = re.search(r"must_raise_max\([^)]*\)\s*\{\s*return\s+(.*?);\s*\}", text, re.S)
+    tau = float(source_constant(HEADER, "kLazyRescaleThresholdLog2"))
+    body = source_match(HEADER, r"must_raise_max\([^)]*\)\s*\{\s*return\s+(.*?);\s*\}", "must_raise_max", re.S)
     expected = "(m_block - m_ref) * scale_log2 > threshold_log2"
-    if not body or " ".join(body.group(1).split()) != expected:
+    if " ".join(body.group(1).split()) != expected:
         sys.exit(f"{HEADER}: must_raise_max is no longer `{expected}`; update this script")
 
     def must_raise_max(m_ref, m_block, scale_log2, threshold_log2=tau):
@@ -68,10 +71,8 @@ def walk_row(scores, block_n, scale_log2, must_raise_max):
     return out
 
 
-def draw_lazy(write):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_lazy(out):
+    plt = pyplot()
 
     tau, must_raise_max = lazy_rule()
     rng = np.random.default_rng(35)
@@ -115,9 +116,10 @@ def draw_lazy(write):
     fig.suptitle("The lazy rescale on one row (synthetic scores; the rule of common/lazy_rescale.hpp)",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    if write:
-        fig.savefig(IMG / "part7-lazy-rescale.png", dpi=110)
-    plt.close(fig)
+    if out:
+        save(fig, out, "part7-lazy-rescale.png", dpi=110)
+    else:
+        plt.close(fig)
     return summary
 
 
@@ -138,10 +140,8 @@ def clock_runs():
     return runs
 
 
-def draw_clocks(write):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_clocks(out):
+    plt = pyplot()
 
     runs = clock_runs()
     labels = [f"{i + 1}: {'step 33' if r['name'].startswith('33') else 'FA4'}" for i, r in enumerate(runs)]
@@ -184,20 +184,92 @@ def draw_clocks(write):
     fig.suptitle("Measured on the H200: 3,000 back-to-back calls per run, B=2 H=16 N=8192 D=128 fp16, "
                  "runs in the order shown (2026-12-01-p7r3-clocks.txt)", fontsize=10)
     fig.tight_layout()
-    if write:
-        fig.savefig(IMG / "part7-clocks-power.png", dpi=110)
-    plt.close(fig)
+    if out:
+        save(fig, out, "part7-clocks-power.png", dpi=110)
+    else:
+        plt.close(fig)
     return runs
 
 
+# ---- the SASS schedules of steps 31 and 33 -----------------------------------------------------------
+
+def fig_overlap_pinned(out):
+    plt = pyplot()
+    from matplotlib.patches import Rectangle
+    """One warpgroup's iteration in step 21's SASS and in step 31's: where the softmax starts."""
+    s_len, pv_len, sm_len = 1.0, 1.0, 2.2  # S_i, P_{i-1}V_{i-1}, one softmax: illustrative (D = 64)
+    fig, axes = plt.subplots(2, 1, figsize=(11, 4.4))
+    for ax, (title, pinned) in zip(axes, (("step 21: WARPGROUP.DEPBAR 0x0 above the exponentials", False),
+                                          ("step 31: the exponentials between the two waits", True))):
+        lanes = {"tensor cores (this warpgroup's products)": 1, "this warpgroup (softmax)": 0}
+        for name, y in lanes.items():
+            ax.text(-0.15, y + 0.4, name, ha="right", va="center", fontsize=8)
+        t = 0.0
+        for i in range(1, 4):
+            ax.add_patch(Rectangle((t, 1), s_len, 0.8, facecolor=BLUE, edgecolor="black", alpha=0.85))
+            ax.text(t + s_len / 2, 1.4, f"S{i}", ha="center", va="center", fontsize=7, color="white")
+            ax.add_patch(Rectangle((t + s_len, 1), pv_len, 0.8, facecolor=GREEN, edgecolor="black", alpha=0.85))
+            ax.text(t + s_len + pv_len / 2, 1.4, f"P{i-1}V{i-1}", ha="center", va="center", fontsize=7, color="white")
+            start = t + s_len if pinned else t + s_len + pv_len
+            ax.add_patch(Rectangle((start, 0), sm_len, 0.8, facecolor=ORANGE, edgecolor="black", alpha=0.85))
+            ax.text(start + sm_len / 2, 0.4, f"softmax of S{i}: e x64", ha="center", va="center", fontsize=7)
+            ax.plot([t + s_len] * 2, [-0.1, 1.9], color="purple", lw=1, ls=":")
+            ax.text(t + s_len, 1.95, "W1", ha="center", fontsize=6, color="purple")
+            w0 = start + sm_len if pinned else t + s_len + pv_len
+            ax.plot([w0] * 2, [-0.1, 1.9], color="black", lw=1, ls="--")
+            ax.text(w0, 1.95, "W0", ha="center", fontsize=6)
+            t = start + sm_len + 0.15  # conversions, rescale, the next turn
+        ax.set_xlim(-3.6, 13.5)
+        ax.set_ylim(-0.3, 2.4)
+        ax.axis("off")
+        ax.set_title(title, fontsize=9)
+    fig.text(0.5, 0.01, "Schematic from the SASS order, durations illustrative (D = 64: S and P·V 256 tensor cycles "
+             "each, a softmax over 512 MUFU cycles). The gaps in the tensor lane are the other warpgroup's turns "
+             "(the ping-pong).", ha="center", fontsize=7, color=GREY)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    save(fig, out, "part7-overlap-pinned.png", dpi=110)
+
+
+def fig_desc_iterators(out):
+    """Measured from SASS (results/h200/2026-12-01-p7r2-sass-loops.json): one unmasked K/V block's
+    instructions by kind, steps 21/33 and 22/34."""
+    plt = pyplot()
+    data = json.loads((RESULTS / "2026-12-01-p7r2-sass-loops.json").read_text())["loops"]
+    order = ["21 D=64", "33 D=64", "22 D=64", "34 D=64", "21 D=128", "33 D=128"]
+    kinds = ["uniform datapath", "fp32 (max, scale, sum, rescale)", "MUFU.EX2", "F2FP (P to 16 bits)", "HGMMA", "other"]
+    colors = [RED, BLUE, ORANGE, GREEN, "#555555", "#bbbbbb"]
+    fig, ax = plt.subplots(figsize=(9, 4.4))
+    for i, key in enumerate(order):
+        left = 0
+        for k, c in zip(kinds, colors):
+            v = data[key]["by_kind"].get(k, 0)
+            ax.barh(i, v, left=left, color=c, edgecolor="white", label=k if i == 0 else None)
+            left += v
+        ax.text(left + 4, i, str(data[key]["instructions"]), va="center", fontsize=8)
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"step {k.split()[0]}, {k.split()[1].replace('=', ' = ')}" for k in order], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("instructions per unmasked K/V block (one warp's loop body)", fontsize=8)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    ax.set_xlim(0, 600)
+    fig.tight_layout()
+    save(fig, out, "part7-desc-iterators.png", dpi=110)
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--check", action="store_true", help="compute, write nothing")
     args = ap.parse_args()
-    for title, n_lazy, n_eager, blocks in draw_lazy(not args.check):
+    out = None if args.check else out_dir(args.out)
+    for title, n_lazy, n_eager, blocks in draw_lazy(out):
         print(f"lazy rescale, {title}: {n_lazy} of {blocks} later blocks rescale (eager: {n_eager})")
-    for r in draw_clocks(not args.check):
+    for r in draw_clocks(out):
         print(f"{r['name']}: SM {r['sm']} MHz, power {r['power']} W, {r['tflops']} TFLOP/s")
+    if out:
+        fig_overlap_pinned(out)
+        fig_desc_iterators(out)
+        print(f"wrote part7-lazy-rescale.png, part7-clocks-power.png, part7-overlap-pinned.png, "
+              f"part7-desc-iterators.png to {out}")
     return 0
 
 

@@ -14,29 +14,19 @@
 
 The orders mirror common/device/hopper/tile_scheduler.cuh (StaticSchedule::decode, GroupWalk) and
 common/device/hopper/varlen_scheduler.cuh (make_varlen_plan, VarlenPlan::decode, the snake rows);
-the work model is scripts/figures.py's (a tile costs its K/V blocks plus half a block). The first
+the work model is scripts/figures_part4.py's (a tile costs its K/V blocks plus half a block). The first
 two are models; the third plots measured rows of committed results files and nothing else. matplotlib is needed (CI never runs this script).
 
   scripts/figures_prefill.py [--out docs/img]
 """
-import argparse
 import json
-import pathlib
 import random
 
-import matplotlib
+from figlib import ROOT, SMS, ceil_div, out_dir, parser, pyplot, save
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SMS = 132
+plt = pyplot()
 BLOCK = 128       # kBlockM = kBlockN
 OVERHEAD = 0.5    # blocks of prologue + epilogue per tile (scripts/tile_model.py)
-
-
-def ceil_div(a, b):
-    return (a + b - 1) // b
 
 
 # ---- step 26 -------------------------------------------------------------------------------------
@@ -80,8 +70,7 @@ def fig_gqa_order(out):
                  "only permutes within that run, putting the group's heads side by side at each query block.",
                  fontsize=8.5)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
-    fig.savefig(out / "part6-gqa-order.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part6-gqa-order.png", dpi=100)
 
 
 # ---- step 27 -------------------------------------------------------------------------------------
@@ -143,8 +132,7 @@ def fig_varlen_lpt(out):
     fig.suptitle(f"Varlen tile lists, H={heads}, 16 lengths drawn from 1..8192 (seed 27): {sorted(lens, reverse=True)}\n"
                  "Work model only; the measured times are in chapter 27.", fontsize=8.5)
     fig.tight_layout(rect=(0, 0, 1, 0.88))
-    fig.savefig(out / "part6-varlen-lpt.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part6-varlen-lpt.png", dpi=100)
 
 
 # ---- measured: steps 26 and 27 beside the dense top kernels ----------------------------------------
@@ -218,15 +206,11 @@ def fig_prefill_measured(out):
     fig.suptitle(f"Measured on an {g['name']} (commit {prov['git_commit']}, {prov['date'][:10]}, the ladder's process): "
                  f"{MEASURED['gqa'].split('/')[-1]}, {MEASURED['varlen'].split('/')[-1]}", fontsize=8.5)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(out / "part6-prefill-measured.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part6-prefill-measured.png", dpi=100)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
-    out = pathlib.Path(ap.parse_args().out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(parser(__doc__).parse_args().out)
     fig_gqa_order(out)
     fig_varlen_lpt(out)
     fig_prefill_measured(out)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws the figures of Parts I and II (chapters 00 and 03-06) into docs/img/.
 
-  scripts/figures_fa.py              # all figures
-  scripts/figures_fa.py --out DIR    # somewhere else
+  scripts/figures_part1_2.py              # all figures
+  scripts/figures_part1_2.py --out DIR    # somewhere else
 
   part1-00.png  step 00's ledger at B=4 H=8 N=4096 D=64: the bytes each pass over the fp32 N×N
                 score matrix moves, beside Q, K, V and O; from the step's ledger formula
@@ -27,32 +27,12 @@
 
 Every constant is read from the kernel files (a changed constant changes the figure).
 """
-import argparse
-import math
-import pathlib
 import re
 
-import matplotlib
+from figlib import ceil_div, out_dir, parser, pyplot, save, source, source_constant, source_match
 
-matplotlib.use("Agg")
+plt = pyplot()
 import matplotlib.patches as patches  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-STEPS = ROOT / "steps"
-
-
-def constant(path, name):
-    """The integer value of `constexpr int NAME = VALUE;` in a kernel file."""
-    text = (STEPS / path).read_text()
-    m = re.search(r"constexpr\s+int\s+" + re.escape(name) + r"\s*=\s*(\d+)\s*;", text)
-    if not m:
-        raise SystemExit(f"{path}: no constexpr int {name}")
-    return int(m.group(1))
-
-
-def ceil_div(a, b):
-    return (a + b - 1) // b
 
 
 HALF, FLOAT = 2, 4
@@ -64,7 +44,7 @@ def min_bytes(bh, n, d):
 
 # ---- step 00 ----------------------------------------------------------------------------------
 def naive_passes(d):
-    out_cols = constant("00_naive_attention/naive_attention.cu", "kOutCols")
+    out_cols = source_constant("steps/00_naive_attention/naive_attention.cu", "kOutCols")
     return [("S written\n(scores)", 1), ("softmax:\nread for max", 1), ("softmax:\nread for sum", 1),
             ("softmax:\nread, P written", 2), (f"P V: P read\nonce per {out_cols} cols", ceil_div(d, out_cols))]
 
@@ -89,14 +69,13 @@ def fig_naive(out):
                  f"fp32 N×N matrix,\n{total:.2f} GB in all against {values[-1] * 1e3:.0f} MB for Q, K, V "
                  "and O (a model from ledger(), not a measurement)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "part1-00.png", dpi=110)
-    plt.close(fig)
+    save(fig, out, "part1-00.png", dpi=110)
 
 
 # ---- steps 03 and 04: the two loop orders ------------------------------------------------------
 def fa1_traffic(bh, n, d, block_m, causal=False):
     """step 03's traffic(): (components in bytes, visits), the same sums as fa_v1.cu."""
-    block_n = constant("03_fa_v1/fa_v1.cu", "kBlockN")
+    block_n = source_constant("steps/03_fa_v1/fa_v1.cu", "kBlockN")
     row = d * HALF
     state = d * FLOAT + 2 * FLOAT
     num_kv, num_q = ceil_div(n, block_n), ceil_div(n, block_m)
@@ -118,8 +97,8 @@ def fa1_traffic(bh, n, d, block_m, causal=False):
 
 def fa2_traffic(bh, n, d, causal=False):
     """step 04's ledger(): K and V once per Q block that sees them, Q and O once."""
-    block_m = constant("04_fa_v2_0/fa_v2_0.cu", "kBlockM128")
-    block_n = constant("04_fa_v2_0/fa_v2_0.cu", "kBlockN")
+    block_m = source_constant("steps/04_fa_v2_0/fa_v2_0.cu", "kBlockM128")
+    block_n = source_constant("steps/04_fa_v2_0/fa_v2_0.cu", "kBlockN")
     row = d * HALF
     kv_rows = 0
     for i in range(ceil_div(n, block_m)):
@@ -160,8 +139,8 @@ def draw_grid(ax, nq, nkv, title, outer, state_where):
 
 def fig_fa1(out):
     b, h, n, d = 4, 8, 4096, 64
-    block_m = constant("03_fa_v1/fa_v1.cu", "kBlockM64")
-    block_n = constant("03_fa_v1/fa_v1.cu", "kBlockN")
+    block_m = source_constant("steps/03_fa_v1/fa_v1.cu", "kBlockM64")
+    block_n = source_constant("steps/03_fa_v1/fa_v1.cu", "kBlockN")
     parts, visits = fa1_traffic(b * h, n, d, block_m)
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
     draw_grid(ax0, 6, 6, f"Step 03 (FlashAttention-1): K/V outer, Q inner\n(Br={block_m}, Bc={block_n}; "
@@ -181,15 +160,14 @@ def fig_fa1(out):
                   f"{total / (min_bytes(b * h, n, d) / 1e9):.0f}× the minimum "
                   f"{min_bytes(b * h, n, d) / 1e9:.3f} GB (model: traffic() of fa_v1.cu)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "part2-03.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part2-03.png", dpi=100)
 
 
 def fig_fa2(out):
     b, h, d = 4, 8, 64
-    fa1_m = constant("03_fa_v1/fa_v1.cu", "kBlockM64")
-    fa2_m = constant("04_fa_v2_0/fa_v2_0.cu", "kBlockM128")
-    fa2_n = constant("04_fa_v2_0/fa_v2_0.cu", "kBlockN")
+    fa1_m = source_constant("steps/03_fa_v1/fa_v1.cu", "kBlockM64")
+    fa2_m = source_constant("steps/04_fa_v2_0/fa_v2_0.cu", "kBlockM128")
+    fa2_n = source_constant("steps/04_fa_v2_0/fa_v2_0.cu", "kBlockN")
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1, 1.25]})
     draw_grid(ax0, 6, 6, f"Step 04 (FlashAttention-2 order): Q outer, K/V inner\n(Br={fa2_m}, Bc={fa2_n}; "
               "six blocks of each drawn)", "q", "in registers and shared memory")
@@ -214,8 +192,7 @@ def fig_fa2(out):
                   "step 04's K/V repeats are requests that L2 can serve)", fontsize=10)
     ax1.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(out / "part2-04.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part2-04.png", dpi=100)
 
 
 # ---- step 05: the mma.sync C fragment ----------------------------------------------------------
@@ -227,10 +204,11 @@ def c_fragment_owner(row, col):
 
 
 def fig_fragment(out):
-    text = (STEPS / "05_fa_v2_1/fa_v2_1.cu").read_text()
-    block_m = int(re.search(r"kBlockM = (\d+);", text).group(1))
-    warps = int(re.search(r"kWarps = (\d+);", text).group(1))
-    bcs = sorted({int(x) for x in re.findall(r"make_variant<(\d+)>", text)})
+    rel = "steps/05_fa_v2_1/fa_v2_1.cu"
+    block_m = int(source_match(rel, r"kBlockM = (\d+);", "kBlockM").group(1))
+    warps = int(source_match(rel, r"kWarps = (\d+);", "kWarps").group(1))
+    source_match(rel, r"make_variant<(\d+)>", "the Bc variants")
+    bcs = sorted({int(x) for x in re.findall(r"make_variant<(\d+)>", source(rel))})
     fig = plt.figure(figsize=(13, 5.6))
     ax = fig.add_axes([0.03, 0.08, 0.5, 0.8])
     cmap = plt.get_cmap("tab20")
@@ -287,15 +265,14 @@ def fig_fragment(out):
              f"{block_m // warps // 16} m16 tiles per warp;\nthe rows of S stay in one quad across all "
              "n8 tiles of the block:\n" + "\n".join(rows) + "\n(schematic: the layout of the PTX ISA)",
              va="top", fontsize=9)
-    fig.savefig(out / "part2-05.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part2-05.png", dpi=100)
 
 
 # ---- step 06: reverse iteration and heaviest first ---------------------------------------------
 def fig_reverse(out):
-    text = (STEPS / "06_fa_v2_2/fa_v2_2.cu").read_text()
-    block_m = int(re.search(r"kBlockM = (\d+);", text).group(1))
-    m = re.search(r"using BaseD128 = Config<128, (\d+), (\d+),", text)
+    rel = "steps/06_fa_v2_2/fa_v2_2.cu"
+    block_m = int(source_match(rel, r"kBlockM = (\d+);", "kBlockM").group(1))
+    m = source_match(rel, r"using BaseD128 = Config<128, (\d+), (\d+),", "BaseD128's tile")
     block_n, compute_n = int(m.group(1)), int(m.group(2))
     n = 1024
     nq, nkv = ceil_div(n, block_m), ceil_div(n, block_n)
@@ -330,16 +307,11 @@ def fig_reverse(out):
                  f"one causal head at N={n}:\nthe numbers are the order in which a CTA's loop meets its "
                  "blocks (last to first); CTAs launch heaviest first (schematic)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "part2-06.png", dpi=100)
-    plt.close(fig)
+    save(fig, out, "part2-06.png", dpi=100)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "img"))
-    args = ap.parse_args()
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(parser(__doc__).parse_args().out)
     for f in (fig_naive, fig_fa1, fig_fa2, fig_fragment, fig_reverse):
         f(out)
     print(f"figures written to {out}")
