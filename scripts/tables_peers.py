@@ -2,20 +2,11 @@
 crosscheck (the ladder's kernels beside PyTorch's backends and FlashAttention-4, forward or
 backward), servecheck (Part VI's serving shapes) and compare (an old and a new build of the ladder
 in one process). Each takes the marker's spec and returns the table's lines. `load` and `keep`
-(reading a results file, selecting rows by id prefix) are here once, for make_tables.py too.
+(reading a results file under make_tables.DOCS, selecting rows by id prefix) are make_tables.py's,
+set here when it is imported, so that both read the same files the same way.
 """
-import json
-import pathlib
 
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-
-
-def load(path):
-    return json.loads((DOCS / path).read_text())
-
-
-def keep(row_id, prefixes):
-    return not prefixes or any(row_id.startswith(p) for p in prefixes)
+load = keep = None  # make_tables.py's, set at its import
 
 
 def _peer_rows(data):
