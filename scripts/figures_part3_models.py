@@ -14,7 +14,7 @@ import re
 import sys
 
 from figlib import box, pyplot, save, source_constant, source_match, source_text
-from figures_part3 import (C_FP32, C_IDLE, C_LDS, C_MMA, C_MUFU, C_SHFL, SERIES, STEPS, config, frag_maps,
+from figures_part3_common import (C_FP32, C_IDLE, C_LDS, C_MMA, C_MUFU, C_SHFL, SERIES, STEPS, config, frag_maps,
                            legend_patches, series_rows, shuffle_steps)
 
 

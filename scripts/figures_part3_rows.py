@@ -13,7 +13,7 @@ import math
 import sys
 
 from figlib import box, pyplot, save, source_constant, source_text
-from figures_part3 import (C_FP32, C_IDLE, C_LDS, C_MMA, C_MUFU, C_SHFL, FRAG, NCU, STEPS, WARP_COLORS,
+from figures_part3_common import (C_FP32, C_IDLE, C_LDS, C_MMA, C_MUFU, C_SHFL, FRAG, NCU, STEPS, WARP_COLORS,
                            config, legend_patches, shuffle_steps)
 
 
