@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ABSENT))
 import make_tables  # noqa: E402
 import peers  # noqa: E402
+import peers_serve  # noqa: E402
 
 failures = []
 NO_GPU = {}  # the children's environment (os.environ and the switch), set by main()
@@ -382,11 +383,12 @@ FAKE_SERVE = """
 import sys
 import numpy as np
 import peers
+import peers_serve
 import torch
 from torch.nn.functional import attention
-S = peers.serve_shape
-peers.COPY_BYTES = 1 << 16
-peers.serve_shapes = lambda quick, grid, seed, count, longest: [
+S = peers_serve.serve_shape
+peers_serve.COPY_BYTES = 1 << 16
+peers_serve.serve_shapes = lambda quick, grid, seed, count, longest: [
     S("decode", 2, 4, 2, 1, 40, 16, False), S("decode", 2, 4, 2, 3, 40, 16, True),
     S("gqa", 1, 4, 2, 24, 24, 16, True), S("gqa", 1, 4, 2, 200, 200, 16, True),
     S("varlen", 4, 4, 2, 150, 150, 16, True, [1, 17, 150, 5]),
@@ -430,7 +432,7 @@ def fake_serving_call(libs, label, vid, s, q, k, v, bf16, cu_q=None, cu_k=None, 
     return call, o
 
 
-peers.LadderLibs, peers.ladder_serving_call = FakeLibs, fake_serving_call
+peers.LadderLibs, peers_serve.ladder_serving_call = FakeLibs, fake_serving_call
 sys.exit(peers.main(sys.argv[1:]))
 """
 
@@ -448,7 +450,7 @@ def run_fake_serve(tmp, name, fa4_mode, *extra):
 
 def test_peers_serve(tmp, capi):
     # The grids of the issue, whatever the stand-ins below replace.
-    shapes = peers.serve_shapes(False)
+    shapes = peers_serve.serve_shapes(False)
     decode = [(x["batch"], x["heads"], x["kv_heads"], x["kv_seqlen"]) for x in shapes if x["kind"] == "decode"]
     check(decode == [(8, 32, 8, 32768), (64, 32, 8, 4096), (1, 64, 8, 131072), (128, 32, 32, 2048)]
           and all(x["seqlen"] == 1 and x["head_dim"] == 128 for x in shapes if x["kind"] == "decode"),
@@ -459,19 +461,19 @@ def test_peers_serve(tmp, capi):
     varlen = [x for x in shapes if x["kind"] == "varlen"]
     lens = varlen[0]["q_lens"]
     check(len(lens) == 16 and all(1 <= n <= 8192 for n in lens) and len(set(lens)) > 1
-          and lens == peers.serve_shapes(False, "varlen", 0)[0]["q_lens"]
-          and lens != peers.serve_shapes(False, "varlen", 1)[0]["q_lens"]
+          and lens == peers_serve.serve_shapes(False, "varlen", 0)[0]["q_lens"]
+          and lens != peers_serve.serve_shapes(False, "varlen", 1)[0]["q_lens"]
           and {x["causal"] for x in varlen} == {False, True},
           "serve grid: varlen lengths drawn from 1..8192, the same for a seed, another for another seed")
     check(sorted({x["page_size"] for x in shapes if x["kind"] == "paged"}) == [64, 256]
           and len([x for x in shapes if x["kind"] == "paged"]) == 8, "serve grid: paged decode at pages of 64 and 256")
-    check([x["kind"] for x in peers.serve_shapes(True)] == ["decode", "gqa", "varlen", "paged"],
+    check([x["kind"] for x in peers_serve.serve_shapes(True)] == ["decode", "gqa", "varlen", "paged"],
           "serve --quick: the first shape of each kind")
-    s = peers.serve_shape("decode", 2, 8, 2, 3, 10, 64, True)
-    check(peers.serve_flops(s) == 4 * 8 * 64 * 2 * (3 * 7 + 6) and peers.serve_bytes(s) == (2 * 2 * 3 * 8 + 2 * 2 * 10 * 2) * 64 * 2,
+    s = peers_serve.serve_shape("decode", 2, 8, 2, 3, 10, 64, True)
+    check(peers_serve.serve_flops(s) == 4 * 8 * 64 * 2 * (3 * 7 + 6) and peers_serve.serve_bytes(s) == (2 * 2 * 3 * 8 + 2 * 2 * 10 * 2) * 64 * 2,
           "serve: FLOPs over the exact causal pairs of a decode, bytes Q + K + V + O once (K/V with Hkv heads)")
-    s = peers.serve_shape("varlen", 2, 4, 4, 5, 5, 8, True, [5, 3])
-    check(peers.serve_flops(s) == 4 * 4 * 8 * (25 / 2 + 9 / 2), "serve: a causal varlen batch counts half of each sequence")
+    s = peers_serve.serve_shape("varlen", 2, 4, 4, 5, 5, 8, True, [5, 3])
+    check(peers_serve.serve_flops(s) == 4 * 4 * 8 * (25 / 2 + 9 / 2), "serve: a causal varlen batch counts half of each sequence")
     for bad, why in ((["--grid", "decode"], "belongs to --pass serve"), (["--pass", "serve", "--grid", "part4"], "is not one of"),
                      (["--pass", "serve", "--varlen-count", "0"], "must be positive")):
         r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), *bad],
@@ -516,9 +518,9 @@ def test_peers_serve(tmp, capi):
     check(row.get("q_lens") == [1, 17, 150, 5] and row.get("kv_layout") == "packed"
           and row.get("bytes") == (2 * 173 * 4 + 2 * 173 * 2) * 16 * 2 and row.get("checked_rows") == 1 + 17 + 128 + 5,
           "serve varlen row: its lengths, packed, bytes; every row of a short sequence checked, 128 of a long one")
-    rows200 = peers.sampled_rows(200)
+    rows200 = peers_serve.sampled_rows(200)
     check(len(rows200) == 128 == len(set(rows200)) and rows200[:32] == list(range(32)) and rows200[-32:] == list(range(168, 200))
-          and rows.get(("fa4", "gqa", 200, 0), {}).get("checked_rows") == 128 and peers.sampled_rows(100) == list(range(100)),
+          and rows.get(("fa4", "gqa", 200, 0), {}).get("checked_rows") == 128 and peers_serve.sampled_rows(100) == list(range(100)),
           "serve: a long prefill checks 128 sampled rows (the first and last 32, 64 between), a short one all")
     check(rows.get(("fa4", "paged", 1, 16), {}).get("kv_layout") == "paged", "serve: FA4's paged row")
     (tmp / "fake-serve-copy.json").write_text(json.dumps(data))
