@@ -70,14 +70,20 @@ import datetime
 import json
 import os
 import subprocess
+import pathlib
 import sys
 
-from peers_torch import BACKENDS, sdpa_kernel, torch  # noqa: F401  (peers.torch: the CPU tests' switch)
-from peers_checks import OUTPUT_TOLERANCE, gradients_check, output_check  # noqa: F401
-from peers_ladder import (LadderLibs, ladder_backward_call, ladder_call, parse_ladder_libs,  # noqa: F401
-                          parse_pairs, parse_variant, row_name)
-from peers_serve import SERVE_BACKENDS, SERVE_GRIDS, serve_main
-from peers_timing import as_graph, time_rounds
+# The modules beside this file, also when it is loaded by path (tests/gpu/capi_in_torch.py).
+if str(pathlib.Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from peers_torch import BACKENDS, sdpa_kernel, torch  # noqa: E402,F401  (peers.torch: the CPU tests' switch)
+from peers_checks import OUTPUT_TOLERANCE, gradients_check, output_check  # noqa: E402,F401
+from peers_ladder import (LadderLibs, ladder_backward_call, ladder_call, parse_ladder_libs,  # noqa: E402,F401
+                          ladder_serving_call, parse_pairs, parse_variant, row_name)
+# describe and serve_shape too: tests/gpu/capi_in_torch.py calls them as peers.describe, peers.serve_shape.
+from peers_serve import SERVE_BACKENDS, SERVE_GRIDS, describe, serve_main, serve_shape  # noqa: E402,F401
+from peers_timing import as_graph, time_rounds  # noqa: E402
 
 BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
 # --pass bwd's default: PyTorch's FlashAttention-2 and cuDNN backends, and FlashAttention-4.
