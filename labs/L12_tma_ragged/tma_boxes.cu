@@ -11,12 +11,14 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/device/hopper/arch.cuh"
 #include "common/device/hopper/mbarrier.cuh"
 #include "common/device/hopper/smem.cuh"
+#include "common/device/hopper/tma.cuh"
 #include "common/device/ptx.cuh"
 #include "labs/L12_tma_ragged/lab12.hpp"
 
@@ -103,20 +105,6 @@ std::string cuda_error(const char* what, cudaError_t e) {
   return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, as tma.cuh reaches it (no
-// -lcuda link).
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 }  // namespace
 
 namespace lab12 {
@@ -126,9 +114,11 @@ BoxRun run_boxes(const TensorMapArgs& args, int rows, const std::vector<__half>&
   BoxRun run;
   const int n_boxes = boxes(rows);
   run.status.assign(n_boxes, 0);
-  auto* encode = encoder();
-  if (!encode) {
-    run.error = "the CUDA driver does not provide cuTensorMapEncodeTiled";
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  try {
+    encode = hopper::tensor_map_encoder();  // the steps' lookup (tma.cuh)
+  } catch (const std::runtime_error& e) {
+    run.error = e.what();
     return run;
   }
   // The box must fit the kernel's buffer; the driver checks everything else.

@@ -37,6 +37,20 @@
 
 namespace ladder::hopper {
 
+// ---- Host: the driver's cuTensorMapEncodeTiled, looked up once (throws where the driver lacks it) ---
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw std::runtime_error("the CUDA driver does not provide cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
 // ---- Host: encode the map of one [B·H][N][D] fp16 or bf16 tensor with a box of `box_rows` rows ---
 // `box_column_blocks` is D/64 (a whole row of each box row) unless a kernel copies one 64-column
 // block at a time (step 20's store of a warpgroup's rows).
@@ -48,15 +62,7 @@ CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int he
   constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
                                             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || fn == nullptr)
-      throw std::runtime_error("the CUDA driver does not provide cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
   const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(Element);
   const cuuint64_t sizes[4] = {64, cuuint64_t(n), cuuint64_t(head_dim / 64), cuuint64_t(bh)};
@@ -88,15 +94,7 @@ CUtensorMap make_varlen_tensor_map(const Element* base, std::int64_t tokens, int
   constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
                                             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || fn == nullptr)
-      throw std::runtime_error("the CUDA driver does not provide cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
   if (tokens < 1 || tokens > (std::int64_t(1) << 32))
     throw std::invalid_argument("a varlen tensor map takes 1 to 2^32 tokens, not " + std::to_string(tokens));
