@@ -24,16 +24,19 @@
 // one thread block per (batch, head): B·H = 32 blocks for the default problem, on a GPU with
 // 132 SMs. Step 04 swaps the loops, which fixes both.
 //
-// Everything inside a tile is what step 04 keeps: 256 threads, register micro-tiles for
-// S = QKᵀ and for P V, P through shared memory (S stays in registers), scalar fp32 FFMA (no tensor cores). The
-// two variants differ only in Br, the rows of a Q block: 48 (the seed's v1) and 64 (its v1.1).
+// Everything inside a tile is what step 04 keeps, and it lives in
+// common/device/cuda_core_attention.cuh: 256 threads, register micro-tiles for S = QKᵀ and for
+// P V, P through shared memory (S stays in registers), scalar fp32 FFMA (no tensor cores). This
+// file holds what is FA1's own: the K/V loader, the online-softmax merge, the running state in
+// global memory and the loops. The two variants differ only in Br, the rows of a Q block: 48 (the
+// seed's v1) and 64 (its v1.1).
 #include <cuda_fp16.h>
 
 #include <cmath>
 
-#include "common/check.hpp"
+#include "common/cuda_core_launch.hpp"
+#include "common/device/cuda_core_attention.cuh"
 #include "common/device/ptx.cuh"
-#include "common/dispatch.hpp"
 #include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
@@ -42,91 +45,33 @@ namespace {
 
 using ladder::AttentionArgs;
 using ladder::ceil_div;
+namespace cuda_core = ladder::cuda_core;
+using cuda_core::kChunk;
+using cuda_core::kLanesPerRow;  // thread (ty, tx) = (tid / 16, tid % 16): see the header
+using cuda_core::kRowGroups;
+using cuda_core::kThreads;
 
-// ---- Thread layout and tiles ----------------------------------------------------------------
-// 256 threads form a 16 × 16 grid: ty = tid / 16 picks a row group, tx = tid % 16 a lane in it.
-// Thread (ty, tx) owns rows ty, ty + 16, ty + 32, ... of the Q block (kRows of them) and, in
-// each of them, a few columns of S and of O. The 16 lanes of a row group are one half of a warp,
-// so a row's maximum and sum are reduced with four xor-shuffles and no shared memory.
-constexpr int kThreads = 256;
-constexpr int kLanesPerRow = 16;
-constexpr int kRowGroups = kThreads / kLanesPerRow;
-constexpr int kWarpSize = 32;
-
+// ---- Tiles ----------------------------------------------------------------------------------
 // The K/V tile is the outer loop's tile: the larger it is, the fewer round trips O makes through
 // global memory (Algorithm 1 sizes it from the shared memory available). 64 keys is the largest
 // power of two that keeps the block within 99 KB, the per-block limit of most GPUs, at D = 128
 // and Br = 64 (84 KB); 128 keys would need 134 KB. See Tile::kSmemBytes.
 constexpr int kBlockN = 64;  // keys per K/V tile (Bc)
 
-// Shared-memory row padding, 16 bytes each. For K and V (fp16) it keeps every row 16-byte
-// aligned for the vector loads while shifting consecutive rows by 4 banks, so the
-// 16 lanes that read 16 different rows of K at the same column hit 8 different bank quads: two
-// wavefronts, the minimum for 256 bytes. For Q and P (fp32) it puts the two rows that one warp
-// reads at once into different banks.
-constexpr int kHalfPad = 8;
-constexpr int kFloatPad = 4;
-constexpr int kChunk = 8;  // halves per 16-byte vector load
-
-// exp(x) = 2^(x·log2 e). Q is multiplied by scale·log2(e) when it is staged, so S comes out
-// already in base-2 units and every exponential is one ex2 (MUFU.EX2). m is kept in those units.
-using ladder::kLog2e;
-
 template <int kHeadDim, int kBlockM>
-struct Tile {
-  static_assert(kBlockM % kRowGroups == 0 && kBlockN % kLanesPerRow == 0 &&
-                kHeadDim % kLanesPerRow == 0 && kHeadDim % kChunk == 0);
-  static constexpr int kRows = kBlockM / kRowGroups;         // rows of a thread's micro-tiles
-  static constexpr int kScoreCols = kBlockN / kLanesPerRow;  // its columns of S (tx + 16·j)
-  static constexpr int kOutCols = kHeadDim / kLanesPerRow;   // its columns of O (contiguous)
-  static_assert(kOutCols == 4 || kOutCols == 8, "a thread's O columns are one 8- or 16-byte load");
-
-  static constexpr int kKvStride = kHeadDim + kHalfPad;  // halves
-  static constexpr int kQStride = kHeadDim + kFloatPad;  // floats
-  static constexpr int kPStride = kBlockN + kFloatPad;   // floats
-
-  static constexpr std::size_t kQBytes = std::size_t(kBlockM) * kQStride * sizeof(float);
-  static constexpr std::size_t kPBytes = std::size_t(kBlockM) * kPStride * sizeof(float);
-  static constexpr std::size_t kKvBytes = std::size_t(kBlockN) * kKvStride * sizeof(__half);
-  // Q, P (fp32), then K, V (fp16). Every piece is a multiple of 16 bytes, so every piece starts
-  // 16-byte aligned.
-  static constexpr std::size_t kSmemBytes = kQBytes + kPBytes + 2 * kKvBytes;
-  static_assert(kQBytes % 16 == 0 && kPBytes % 16 == 0 && kKvBytes % 16 == 0);
+struct Tile : cuda_core::TileLayout<kHeadDim, kBlockM, kBlockN> {
+  using Base = cuda_core::TileLayout<kHeadDim, kBlockM, kBlockN>;
+  // Q, P (fp32), then K, V (fp16).
+  static constexpr std::size_t kSmemBytes = Base::kQBytes + Base::kPBytes + 2 * Base::kKvBytes;
 };
-
-// Eight halves (one 16-byte load) or four (one 8-byte load) to floats.
-template <int kCount>
-__device__ __forceinline__ void load_halves(const __half* src, float (&dst)[kCount]) {
-  static_assert(kCount == 4 || kCount == 8);
-  if constexpr (kCount == 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(src);
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const float2 f = __half22float2(h[t]);
-      dst[2 * t] = f.x;
-      dst[2 * t + 1] = f.y;
-    }
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(src);
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const float2 f = __half22float2(h[t]);
-      dst[2 * t] = f.x;
-      dst[2 * t + 1] = f.y;
-    }
-  }
-}
 
 // ---- Loading K_j and V_j --------------------------------------------------------------------
 // 16-byte chunks through registers; the threads wait for them (the block has nothing else to do
 // yet). Keys past the end of the sequence are zero-filled; their scores are masked.
-template <int kHeadDim, int kBlockM>
+template <class T>
 __device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile, const __half* k_head,
                                              const __half* v_head, int kv_start, int n) {
-  using T = Tile<kHeadDim, kBlockM>;
-  constexpr int kChunksPerRow = kHeadDim / kChunk;
+  constexpr int kChunksPerRow = T::kHeadDim / kChunk;
   constexpr int kChunksPerThread = kBlockN * kChunksPerRow / kThreads;
   static_assert(kBlockN * kChunksPerRow % kThreads == 0, "every thread copies whole chunks");
 #pragma unroll
@@ -136,106 +81,13 @@ __device__ __forceinline__ void load_kv_tile(__half* k_tile, __half* v_tile, con
     const int col = (c % kChunksPerRow) * kChunk;
     uint4 k_chunk = make_uint4(0, 0, 0, 0), v_chunk = make_uint4(0, 0, 0, 0);
     if (kv_start + row < n) {
-      const std::int64_t src = std::int64_t(kv_start + row) * kHeadDim + col;
+      const std::int64_t src = std::int64_t(kv_start + row) * T::kHeadDim + col;
       k_chunk = *reinterpret_cast<const uint4*>(k_head + src);
       v_chunk = *reinterpret_cast<const uint4*>(v_head + src);
     }
     *reinterpret_cast<uint4*>(k_tile + row * T::kKvStride + col) = k_chunk;
     *reinterpret_cast<uint4*>(v_tile + row * T::kKvStride + col) = v_chunk;
   }
-}
-
-// ---- Loading Q_i ----------------------------------------------------------------------------
-// Q_i is converted to fp32 and multiplied by scale·log2(e) once, as it is staged: the inner
-// product then needs no conversion on the Q side and no scaling of S. Rows past the end of the
-// sequence are zeros (their scores are finite, their outputs are never stored).
-// This happens on every (K/V block, Q block) visit: Q_i is re-read up to ceil(N / Bc) times.
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_q_tile(float* q_tile, const __half* q_head, int q_start, int n,
-                                            float scale_log2) {
-  using T = Tile<kHeadDim, kBlockM>;
-  constexpr int kChunksPerRow = kHeadDim / kChunk;
-  for (int c = threadIdx.x; c < kBlockM * kChunksPerRow; c += kThreads) {
-    const int row = c / kChunksPerRow;
-    const int col = (c % kChunksPerRow) * kChunk;
-    float x[kChunk] = {};
-    if (q_start + row < n)
-      load_halves<kChunk>(q_head + std::int64_t(q_start + row) * kHeadDim + col, x);
-    float4* dst = reinterpret_cast<float4*>(q_tile + row * T::kQStride + col);
-    dst[0] =
-        make_float4(x[0] * scale_log2, x[1] * scale_log2, x[2] * scale_log2, x[3] * scale_log2);
-    dst[1] =
-        make_float4(x[4] * scale_log2, x[5] * scale_log2, x[6] * scale_log2, x[7] * scale_log2);
-  }
-}
-
-// ---- S = Q_i K_jᵀ (scaled, base 2), in registers --------------------------------------------
-// Thread (ty, tx) computes rows ty + 16·i and columns tx + 16·j of S: a kRows × kScoreCols
-// micro-tile. Per 8-wide slice of the head dimension it loads 2·kRows float4 of Q (the two row
-// groups of a warp read two rows: broadcasts) and kScoreCols 16-byte rows of K (16 lanes, 16 rows:
-// two wavefronts thanks to the padding), converts the K halves once, and issues
-// 8·kRows·kScoreCols FFMAs. Interleaving the columns (tx + 16·j rather than tx·kScoreCols + j)
-// is what spreads a warp's K reads over 16 different rows.
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void compute_scores(
-    float (&s)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kScoreCols],
-    const float* q_tile, const __half* k_tile, int ty, int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
-#pragma unroll
-  for (int i = 0; i < T::kRows; ++i)
-#pragma unroll
-    for (int j = 0; j < T::kScoreCols; ++j) s[i][j] = 0.f;
-
-#pragma unroll
-  for (int k0 = 0; k0 < kHeadDim; k0 += kChunk) {
-    float kf[T::kScoreCols][kChunk];
-#pragma unroll
-    for (int j = 0; j < T::kScoreCols; ++j)
-      load_halves<kChunk>(k_tile + (tx + j * kLanesPerRow) * T::kKvStride + k0, kf[j]);
-#pragma unroll
-    for (int i = 0; i < T::kRows; ++i) {
-      const float* q_row = q_tile + (ty + i * kRowGroups) * T::kQStride + k0;
-      const float4 lo = *reinterpret_cast<const float4*>(q_row);
-      const float4 hi = *reinterpret_cast<const float4*>(q_row + 4);
-      const float qv[kChunk] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int j = 0; j < T::kScoreCols; ++j)
-#pragma unroll
-        for (int t = 0; t < kChunk; ++t) s[i][j] = fmaf(qv[t], kf[j][t], s[i][j]);
-    }
-  }
-}
-
-// ---- Masking --------------------------------------------------------------------------------
-// Keys past the end of the sequence, and (causal) keys after the query, get −inf so that exp()
-// makes them exactly 0. The caller runs this only on tiles that need it (see the kernel).
-template <int kRows, int kCols>
-__device__ __forceinline__ void mask_scores(float (&s)[kRows][kCols], int first_row, int first_key,
-                                            int n, bool causal) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      const int row = first_row + i * kRowGroups;
-      const int key = first_key + j * kLanesPerRow;
-      if (key >= n || (causal && key > row)) s[i][j] = -INFINITY;
-    }
-}
-
-// ---- Row reductions over the 16 lanes of a row group -----------------------------------------
-// xor-shuffles with offsets 8, 4, 2, 1 stay inside each half of the warp, and every lane ends up
-// with the result. All 32 lanes always execute them (no row is skipped), so the full mask is right.
-__device__ __forceinline__ float row_max(float x) {
-#pragma unroll
-  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float row_sum(float x) {
-#pragma unroll
-  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
-    x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 // ---- Softmax of one tile, merged into the running state -------------------------------------
@@ -261,7 +113,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols],
     float tile_max = s[i][0];
 #pragma unroll
     for (int j = 1; j < kCols; ++j) tile_max = fmaxf(tile_max, s[i][j]);
-    tile_max = row_max(tile_max);
+    tile_max = cuda_core::row_max(tile_max);
     const float tile_ref = tile_max == -INFINITY ? 0.f : tile_max;
     float tile_sum = 0.f;
 #pragma unroll
@@ -269,7 +121,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols],
       s[i][j] = ladder::ptx::exp2_approx(s[i][j] - tile_ref);
       tile_sum += s[i][j];
     }
-    tile_sum = row_sum(tile_sum);
+    tile_sum = cuda_core::row_sum(tile_sum);
 
     m_new[i] = fmaxf(m_old[i], tile_max);
     const float m_ref = m_new[i] == -INFINITY ? 0.f : m_new[i];
@@ -281,62 +133,6 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRows][kCols],
     // Every real row has seen key 0 on its first visit, so l_new > 0; the guard is for safety.
     old_weight[i] = l_new[i] > 0.f ? kept / l_new[i] : 0.f;
     new_weight[i] = l_new[i] > 0.f ? added / l_new[i] : 0.f;
-  }
-}
-
-// ---- P to shared memory ---------------------------------------------------------------------
-// The product P V_j needs, for each output element, a whole row of P, which is spread over the 16
-// lanes of the row group. P goes through shared memory (step 05 keeps it in registers instead).
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void store_probs(
-    float* p_tile,
-    const float (&s)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kScoreCols], int ty,
-    int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
-#pragma unroll
-  for (int i = 0; i < T::kRows; ++i)
-#pragma unroll
-    for (int j = 0; j < T::kScoreCols; ++j)
-      p_tile[(ty + i * kRowGroups) * T::kPStride + tx + j * kLanesPerRow] = s[i][j];
-}
-
-// ---- P V_j, in registers --------------------------------------------------------------------
-// Thread (ty, tx) computes the same rows as in S and the contiguous output columns
-// tx·kOutCols .. tx·kOutCols + kOutCols − 1, so its V reads are one vector load per key and the 16
-// lanes of a row group read one contiguous row of V. P is read four keys at a time (float4,
-// broadcast across the row group).
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void multiply_pv(
-    float (&acc)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
-    const float* p_tile, const __half* v_tile, int ty, int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
-  constexpr int kKeysPerLoad = 4;
-#pragma unroll
-  for (int i = 0; i < T::kRows; ++i)
-#pragma unroll
-    for (int d = 0; d < T::kOutCols; ++d) acc[i][d] = 0.f;
-
-#pragma unroll
-  for (int c0 = 0; c0 < kBlockN; c0 += kKeysPerLoad) {
-    float p[T::kRows][kKeysPerLoad];
-#pragma unroll
-    for (int i = 0; i < T::kRows; ++i) {
-      const float4 x =
-          *reinterpret_cast<const float4*>(p_tile + (ty + i * kRowGroups) * T::kPStride + c0);
-      p[i][0] = x.x;
-      p[i][1] = x.y;
-      p[i][2] = x.z;
-      p[i][3] = x.w;
-    }
-#pragma unroll
-    for (int c = 0; c < kKeysPerLoad; ++c) {
-      float vf[T::kOutCols];
-      load_halves<T::kOutCols>(v_tile + (c0 + c) * T::kKvStride + tx * T::kOutCols, vf);
-#pragma unroll
-      for (int i = 0; i < T::kRows; ++i)
-#pragma unroll
-        for (int d = 0; d < T::kOutCols; ++d) acc[i][d] = fmaf(p[i][c], vf[d], acc[i][d]);
-    }
   }
 }
 
@@ -364,13 +160,12 @@ __device__ __forceinline__ void init_running_state(float* o_run, float* l_run, f
 // need no barrier between visits; m and l are written by lane 0 of the row group and read by all
 // 16 lanes at the next visit, which is after the next K/V block's __syncthreads. Rows past the
 // end of the sequence have no state: they start empty and are never written back.
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void load_running_state(
-    float (&o_old)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
-    float (&m_old)[Tile<kHeadDim, kBlockM>::kRows], float (&l_old)[Tile<kHeadDim, kBlockM>::kRows],
-    const float* o_run, const float* l_run, const float* m_run, int q_start, int n, int ty,
-    int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
+template <class T>
+__device__ __forceinline__ void load_running_state(float (&o_old)[T::kRows][T::kOutCols],
+                                                   float (&m_old)[T::kRows],
+                                                   float (&l_old)[T::kRows], const float* o_run,
+                                                   const float* l_run, const float* m_run,
+                                                   int q_start, int n, int ty, int tx) {
 #pragma unroll
   for (int i = 0; i < T::kRows; ++i) {
     const int row = q_start + ty + i * kRowGroups;
@@ -382,7 +177,7 @@ __device__ __forceinline__ void load_running_state(
     m_old[i] = m_run[row];
     l_old[i] = l_run[row];
     const float4* src =
-        reinterpret_cast<const float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
+        reinterpret_cast<const float4*>(o_run + std::int64_t(row) * T::kHeadDim + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4) {
       const float4 x = src[d4];
@@ -394,19 +189,18 @@ __device__ __forceinline__ void load_running_state(
   }
 }
 
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void store_running_state(
-    float* o_run, float* l_run, float* m_run,
-    const float (&o_new)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
-    const float (&m_new)[Tile<kHeadDim, kBlockM>::kRows],
-    const float (&l_new)[Tile<kHeadDim, kBlockM>::kRows], int q_start, int n, int ty, int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
+template <class T>
+__device__ __forceinline__ void store_running_state(float* o_run, float* l_run, float* m_run,
+                                                    const float (&o_new)[T::kRows][T::kOutCols],
+                                                    const float (&m_new)[T::kRows],
+                                                    const float (&l_new)[T::kRows], int q_start,
+                                                    int n, int ty, int tx) {
 #pragma unroll
   for (int i = 0; i < T::kRows; ++i) {
     const int row = q_start + ty + i * kRowGroups;
     if (row >= n) continue;
     float4* dst =
-        reinterpret_cast<float4*>(o_run + std::int64_t(row) * kHeadDim + tx * T::kOutCols);
+        reinterpret_cast<float4*>(o_run + std::int64_t(row) * T::kHeadDim + tx * T::kOutCols);
 #pragma unroll
     for (int d4 = 0; d4 < T::kOutCols / 4; ++d4)
       dst[d4] = make_float4(o_new[i][4 * d4 + 0], o_new[i][4 * d4 + 1], o_new[i][4 * d4 + 2],
@@ -415,31 +209,6 @@ __device__ __forceinline__ void store_running_state(
       m_run[row] = m_new[i];
       l_run[row] = l_new[i];
     }
-  }
-}
-
-// ---- fp16 output --------------------------------------------------------------------------
-// The 16 lanes of a row group write one contiguous row (8 or 16 bytes each). Rows past the end of
-// the sequence are never written.
-template <int kHeadDim, int kBlockM>
-__device__ __forceinline__ void store_output(
-    __half* o_head,
-    const float (&out)[Tile<kHeadDim, kBlockM>::kRows][Tile<kHeadDim, kBlockM>::kOutCols],
-    int q_start, int n, int ty, int tx) {
-  using T = Tile<kHeadDim, kBlockM>;
-#pragma unroll
-  for (int i = 0; i < T::kRows; ++i) {
-    const int row = q_start + ty + i * kRowGroups;
-    if (row >= n) continue;
-    std::uint32_t packed[T::kOutCols / 2];
-#pragma unroll
-    for (int d = 0; d < T::kOutCols; d += 2)
-      packed[d / 2] = ladder::ptx::pack_half2(out[i][d], out[i][d + 1]);
-    __half* dst = o_head + std::int64_t(row) * kHeadDim + tx * T::kOutCols;
-    if constexpr (T::kOutCols == 8)
-      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    else
-      *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
   }
 }
 
@@ -458,7 +227,6 @@ __global__ void __launch_bounds__(kThreads)
 
   const int ty = threadIdx.x / kLanesPerRow;
   const int tx = threadIdx.x % kLanesPerRow;
-  static_assert(kWarpSize % kLanesPerRow == 0, "a row group must not straddle two warps");
 
   // FA1: one thread block per (batch, head), which owns that head's running state.
   const std::int64_t head = std::int64_t(blockIdx.x) * n * kHeadDim;
@@ -475,36 +243,36 @@ __global__ void __launch_bounds__(kThreads)
     // Every thread has finished with K_{j−1} and V_{j−1} (before the first tile: every thread has
     // done its share of the initialization, which the barrier makes visible to the whole block).
     __syncthreads();
-    load_kv_tile<kHeadDim, kBlockM>(k_tile, v_tile, k + head, v + head, kv_start, n);
+    load_kv_tile<T>(k_tile, v_tile, k + head, v + head, kv_start, n);
 
     // Causal: Q block i lies entirely above the diagonal of this K/V block (its last row,
     // q_start + Br − 1, is before the block's first key) exactly when i < floor(j·Bc / Br).
     const int first_q_block = causal ? kv_start / kBlockM : 0;
     for (int i = first_q_block; i < num_q_blocks; ++i) {
       const int q_start = i * kBlockM;
-      load_q_tile<kHeadDim, kBlockM>(q_tile, q + head, q_start, n, scale_log2);
+      // Q_i is staged again on every (K/V block, Q block) visit: up to ceil(N / Bc) times.
+      cuda_core::load_q_tile<T>(q_tile, q + head, q_start, n, scale_log2);
       float o_old[T::kRows][T::kOutCols], m_old[T::kRows], l_old[T::kRows];
-      load_running_state<kHeadDim, kBlockM>(o_old, m_old, l_old, o_run, l_run, m_run, q_start, n,
-                                            ty, tx);
+      load_running_state<T>(o_old, m_old, l_old, o_run, l_run, m_run, q_start, n, ty, tx);
       // Q_i (and, on the first visit of this K/V block, K_j and V_j) is visible to every thread,
       // and every thread has finished reading P of the previous visit.
       __syncthreads();
 
       float s[T::kRows][T::kScoreCols];
-      compute_scores<kHeadDim, kBlockM>(s, q_tile, k_tile, ty, tx);
+      cuda_core::compute_scores<T>(s, q_tile, k_tile, ty, tx);
       // Only a tile that crosses the diagonal (its last key is after this block's first row) or
       // the end of the sequence needs the element mask.
       const bool crosses_diagonal = causal && kv_start + kBlockN - 1 > q_start;
       if (crosses_diagonal || kv_start + kBlockN > n)
-        mask_scores(s, q_start + ty, kv_start + tx, n, causal);
+        cuda_core::mask_scores(s, q_start + ty, kv_start + tx, n, causal);
 
       float m_new[T::kRows], l_new[T::kRows], old_weight[T::kRows], new_weight[T::kRows];
       softmax_update(s, m_old, l_old, m_new, l_new, old_weight, new_weight);
-      store_probs<kHeadDim, kBlockM>(p_tile, s, ty, tx);
+      cuda_core::store_probs<T>(p_tile, s, ty, tx);
       __syncthreads();  // all of P is written before any row of it is read
 
       float acc[T::kRows][T::kOutCols];
-      multiply_pv<kHeadDim, kBlockM>(acc, p_tile, v_tile, ty, tx);
+      cuda_core::multiply_pv<T>(acc, p_tile, v_tile, ty, tx);
       float o_new[T::kRows][T::kOutCols];
 #pragma unroll
       for (int r = 0; r < T::kRows; ++r)
@@ -521,10 +289,9 @@ __global__ void __launch_bounds__(kThreads)
       const int last_kv_block =
           causal ? (min(q_start + kBlockM, n) - 1) / kBlockN : num_kv_blocks - 1;
       if (j == last_kv_block)
-        store_output<kHeadDim, kBlockM>(o + head, o_new, q_start, n, ty, tx);
+        cuda_core::store_output<T>(o + head, o_new, q_start, n, ty, tx);
       else
-        store_running_state<kHeadDim, kBlockM>(o_run, l_run, m_run, o_new, m_new, l_new, q_start, n,
-                                               ty, tx);
+        store_running_state<T>(o_run, l_run, m_run, o_new, m_new, l_new, q_start, n, ty, tx);
     }
   }
 }
@@ -533,54 +300,31 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kBlockM48 = 48;  // Br of the seed's v1
 constexpr int kBlockM64 = 64;  // Br of its v1.1
 
-// The workspace: O (fp32, one per element of the output), then l and m (fp32, one per row).
-struct RunningState {
-  float* o;
-  float* l;
-  float* m;
-};
-
-RunningState running_state(void* workspace, const ladder::AttentionShape& s) {
-  auto* o = static_cast<float*>(workspace);
-  float* l = o + s.elements();
-  float* m = l + s.rows();
-  return {o, l, m};
-}
-
 std::size_t workspace_bytes(const ladder::AttentionShape& s) {
   return std::size_t(s.elements() + 2 * s.rows()) * sizeof(float);
 }
 
+// One (D, Br) instantiation, as common/cuda_core_launch.hpp takes it.
 template <int kHeadDim, int kBlockM>
-void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const auto& sh = a.shape;
-  constexpr std::size_t smem = Tile<kHeadDim, kBlockM>::kSmemBytes;
-  auto kernel = fa_v1_kernel<kHeadDim, kBlockM>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const RunningState state = running_state(a.workspace, sh);
-  // FA1: one thread block per (batch, head).
-  const int grid = sh.batch * sh.heads;
-  kernel<<<grid, kThreads, smem, stream>>>(a.q, a.k, a.v, a.o, state.o, state.l, state.m, sh.seqlen,
-                                           a.softmax_scale * kLog2e, sh.causal);
-  CUDA_CHECK_LAUNCH("fa_v1_kernel");
-}
-
-template <int kBlockM>
-void launch_block(const AttentionArgs& a, cudaStream_t stream) {
-  ladder::dispatch_head_dim<64, 128>(a.shape.head_dim,
-                                     [&]<int kHeadDim>() { launch<kHeadDim, kBlockM>(a, stream); });
-}
-
-template <int kHeadDim, int kBlockM>
-ladder::KernelInfo kernel_of() {
-  return ladder::kernel(ladder::strprintf("fa_v1_kernel<%d, %d>", kHeadDim, kBlockM),
-                        fa_v1_kernel<kHeadDim, kBlockM>, kThreads, Tile<kHeadDim, kBlockM>::kSmemBytes);
-}
-
-template <int kBlockM>
-std::vector<ladder::KernelInfo> kernels(int head_dim) {
-  return {head_dim == 128 ? kernel_of<128, kBlockM>() : kernel_of<64, kBlockM>()};
-}
+struct Fa1 {
+  static void launch(const AttentionArgs& a, cudaStream_t stream) {
+    const auto& sh = a.shape;
+    // The workspace: O (fp32, one per element of the output), then l and m (one per row).
+    float* o_run = static_cast<float*>(a.workspace);
+    float* l_run = o_run + sh.elements();
+    float* m_run = l_run + sh.rows();
+    // FA1: one thread block per (batch, head).
+    cuda_core::launch_kernel("fa_v1_kernel", fa_v1_kernel<kHeadDim, kBlockM>,
+                             sh.batch * sh.heads, Tile<kHeadDim, kBlockM>::kSmemBytes, stream,
+                             a.q, a.k, a.v, a.o, o_run, l_run, m_run, sh.seqlen,
+                             a.softmax_scale * ladder::kLog2e, sh.causal);
+  }
+  static ladder::KernelInfo info() {
+    return ladder::kernel(ladder::strprintf("fa_v1_kernel<%d, %d>", kHeadDim, kBlockM),
+                          fa_v1_kernel<kHeadDim, kBlockM>, kThreads,
+                          Tile<kHeadDim, kBlockM>::kSmemBytes);
+  }
+};
 
 // Bytes through global memory for one Br: the initialization of the running state, K and V once,
 // and per (K/V block, Q block) visit Q_i and the state read, the state written back (or, on a Q
@@ -631,11 +375,11 @@ std::vector<std::string> ledger(const ladder::AttentionShape& s) {
 
 template <int kBlockM>
 ladder::Variant variant(const char* name, const char* description) {
-  return ladder::attention_variant(name, description, launch_block<kBlockM>)
+  return ladder::attention_variant(name, description, cuda_core::launch<Fa1, kBlockM>)
       .needs_sm(75)
       .for_head_dims({64, 128})
       .with_workspace(workspace_bytes)
-      .with_kernels(kernels<kBlockM>);
+      .with_kernels(cuda_core::kernels<Fa1, kBlockM>);
 }
 
 LADDER_REGISTER_STEP(
