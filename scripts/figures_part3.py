@@ -76,7 +76,8 @@ def data_07():
     pad = int(source_match(rel, r"kSStride\s*=\s*\(kFeatures & kPaddedS\)\s*\?\s*kBlockN \+ (\d+)", "the S padding").group(1))
     source_text(rel, "s_s + (row0 + g + 8 * h) * C::kSStride + key0 + 8 * j + 2 * t", "the S staging store's index")
     source_text(rel, "row0 + frag::ldsm_a_row(lane), kk * 16 + frag::ldsm_a_col(lane)", "Q's ldmatrix coordinates")
-    source_text(rel, "if constexpr (kSwizzled) return row * kStride + ladder::swizzle::xor_col(col, row & 7);",
+    source_text("common/device/part3_attention.cuh",
+                "if constexpr (kSwizzled) return row * kStride + ladder::swizzle::xor_col(col, row & 7);",
               "tile_offset's swizzle")
 
     # One ldmatrix.x4 of Q (warp 0, k16 step 0), dense and swizzled: byte address per lane.

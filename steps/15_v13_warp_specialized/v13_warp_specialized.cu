@@ -16,27 +16,22 @@
 
 #include <cmath>
 #include <cstdint>
-#include <stdexcept>
-#include <vector>
 
-#include "common/check.hpp"
 #include "common/device/mma_fragments.cuh"
+#include "common/device/part3_attention.cuh"
 #include "common/device/ptx.cuh"
-#include "common/device/swizzle.cuh"
-#include "common/math.hpp"
+#include "common/part3_launch.hpp"
 #include "common/registry.hpp"
-#include "common/strings.hpp"
 
 namespace {
 
-using ladder::AttentionArgs;
 using ladder::ceil_div;
+using ladder::part3::tile_offset;  // where element (row, col) of a tile lives, swizzled or not
 namespace ptx = ladder::ptx;
 namespace frag = ladder::frag;
+namespace part3 = ladder::part3;  // common/device/part3_attention.cuh, common/part3_launch.hpp
 
 constexpr int kWarpSize = 32;
-constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;  // above this a kernel must opt in
-using ladder::kLog2e;  // common/math.hpp
 
 // ---- The versions, as feature bits that accumulate ---------------------------------------------
 enum Feature : unsigned {
@@ -85,34 +80,13 @@ struct Config {
   static_assert(kThreads % (kHeadDim / 8) == 0);
 };
 
-// ---- Where element (row, col) of a tile lives --------------------------------------------------
-// The generic chain every shared access of this lineage goes through: coordinates, then the
-// swizzle (logical 16-byte chunk c of row r stored at c ^ (r % 8); common/device/swizzle.cuh has
-// the bank arithmetic), then the row-major flattening.
-template <bool kSwizzled, int kStride>
-__device__ __forceinline__ int tile_offset(int row, int col) {
-  if constexpr (kSwizzled) return row * kStride + ladder::swizzle::xor_col(col, row & 7);
-  else return row * kStride + col;
-}
-
-// ---- Global -> shared: one tile of rows, 16 bytes per cp.async, rows past N zero-filled ---------
-// kLoaders threads issue the copies; `tid` counts from 0 among them.
+// ---- Global -> shared: the part's loader, kLoaders threads, the pass loop not unrolled ----------
+// Not unrolled: unrolled, ptxas computes every pass's addresses of every load of the loop ahead
+// and keeps them live across Q Kᵀ and the softmax (160-185 registers here instead of 128: one
+// CTA per SM instead of two). A loop costs a few integer instructions per pass.
 template <class C, int kRows, bool kSwizzled, int kLoaders = C::kThreads>
 __device__ __forceinline__ void load_tile(__half* smem, const __half* tile, int rows_left, int tid) {
-  constexpr int kChunks = C::kHeadDim / 8;
-  constexpr int kRowsPerPass = kLoaders / kChunks;
-  static_assert(kRows % kRowsPerPass == 0);
-  const int chunk = tid % kChunks;
-  // Not unrolled: unrolled, ptxas computes every pass's addresses of every load of the loop
-  // ahead and keeps them live across Q Kᵀ and the softmax (160-185 registers here instead of
-  // 128: one CTA per SM instead of two). A loop costs a few integer instructions per pass.
-#pragma unroll 1
-  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-    const int row = tid / kChunks + pass * kRowsPerPass;
-    const bool valid = row < rows_left;
-    ptx::cp_async_16(smem + tile_offset<kSwizzled, C::kHeadDim>(row, chunk * 8),
-                     valid ? tile + row * C::kHeadDim + chunk * 8 : tile, valid ? 16 : 0);
-  }
+  part3::load_tile<C, kRows, kSwizzled, kLoaders, /*kUnrolled=*/false>(smem, tile, rows_left, tid);
 }
 
 // ---- S = Q Kᵀ for the warp's 16 rows × 64 keys, kept in registers -----------------------------
@@ -216,23 +190,7 @@ __device__ __forceinline__ void gemm_pv(float (&acc_o)[C::kPvTiles][4], const __
       acc_o[nd][2 * h + 1] *= rescale;
     }
   }
-
-#pragma unroll
-  for (int kk = 0; kk < C::kKeySteps; ++kk) {
-    std::uint32_t a[4];
-    ptx::ldmatrix_x4(a, s_p + tile_offset<C::kSwizzledPv, C::kPStride>(
-                                  row0 + frag::ldsm_a_row(lane), kk * 16 + frag::ldsm_a_col(lane)));
-#pragma unroll
-    for (int dp = 0; dp < C::kPvTiles / 2; ++dp) {  // two n8 tiles of head dims per ldmatrix.x4
-      std::uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, s_v + tile_offset<C::kSwizzledPv, C::kHeadDim>(
-                                        kk * 16 + frag::ldsm_a_row(lane),
-                                        dim0 + dp * 16 + frag::ldsm_a_col(lane)));
-      const std::uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-      ptx::mma_m16n8k16_f32(acc_o[2 * dp], a, b_lo);
-      ptx::mma_m16n8k16_f32(acc_o[2 * dp + 1], a, b_hi);
-    }
-  }
+  part3::pv_product<C>(acc_o, s_p, s_v, row0, dim0, lane);  // then the k16 steps of P V
 }
 
 // ---- The kernel: grid (ceil(N / 64), B·H), 256 threads ------------------------------------------
@@ -317,72 +275,15 @@ __global__ void __launch_bounds__(C::kThreads)
     }
   }
   __syncthreads();
-  const int row0 = 16 * (warp / C::kWarpsN);
-  const int dim0 = C::kPvCols * (warp % C::kWarpsN);
-  const int g = frag::group_of(lane), t = frag::thread_in_group(lane);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + g + 8 * h;
-    if (q_start + row >= n) continue;
-    const float inv_sum = 1.f / s_sum[row];
-    __half* dst = o + head + std::int64_t(q_start + row) * C::kHeadDim + dim0 + 2 * t;
-#pragma unroll
-    for (int nd = 0; nd < C::kPvTiles; ++nd)
-      *reinterpret_cast<__half2*>(dst + nd * 8) =
-          __floats2half2_rn(acc_o[nd][2 * h] * inv_sum, acc_o[nd][2 * h + 1] * inv_sum);
-  }
+  part3::store_o<C>(o, head, acc_o, s_sum, q_start, n, warp, lane);
 }
 
-// ---- Host side --------------------------------------------------------------------------------
-template <class C, bool kCausal>
-void launch_config(const AttentionArgs& a, cudaStream_t stream) {
-  const auto& sh = a.shape;
-  auto* kernel = b300_kernel<C, kCausal>;
-  if constexpr (C::kSmemBytes > kDefaultDynamicSmem)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(C::kSmemBytes)));
-  const dim3 grid(ceil_div(sh.seqlen, C::kBlockM), sh.batch * sh.heads);
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a.q, a.k, a.v, a.o, sh.seqlen,
-                                                       a.softmax_scale * kLog2e);
-  CUDA_CHECK_LAUNCH("b300_kernel");
-}
-
-template <unsigned kFeatures>
-void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const bool causal = a.shape.causal;
-  switch (a.shape.head_dim) {
-    case 64: {
-      using C = Config<64, kFeatures>;
-      return causal ? launch_config<C, true>(a, stream) : launch_config<C, false>(a, stream);
-    }
-    case 128: {
-      using C = Config<128, kFeatures>;
-      return causal ? launch_config<C, true>(a, stream) : launch_config<C, false>(a, stream);
-    }
-    default:
-      throw std::invalid_argument(
-          ladder::strprintf("b300 series: head_dim %d not instantiated", a.shape.head_dim));
-  }
-}
-
-template <class C>
-std::vector<ladder::KernelInfo> kernel_pair(const char* version) {
-  const auto name = ladder::strprintf("%s<D=%d>", version, C::kHeadDim);
-  return {ladder::kernel(name, b300_kernel<C, false>, C::kThreads, C::kSmemBytes).when_causal(false),
-          ladder::kernel(name + " causal", b300_kernel<C, true>, C::kThreads, C::kSmemBytes).when_causal(true)};
-}
-
-template <unsigned kFeatures>
-ladder::Variant make_variant(const char* name, const char* description) {
-  return ladder::attention_variant(name, description, launch<kFeatures>)
-      .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16
-      .for_head_dims({64, 128})
-      .batch_heads_on_grid_yz()  // grid (query blocks, B·H)
-      .with_kernels([name](int head_dim) {
-        return head_dim == 128 ? kernel_pair<Config<128, kFeatures>>(name)
-                               : kernel_pair<Config<64, kFeatures>>(name);
-      });
-}
+// ---- Host side: common/part3_launch.hpp launches and registers the kernel ----------------------
+struct B300 {
+  template <int kHeadDim, unsigned kFeatures> using config = Config<kHeadDim, kFeatures>;
+  template <class C, bool kCausal> static auto* kernel() { return b300_kernel<C, kCausal>; }
+  static constexpr bool kScaleLog2 = true;  // the kernel's scale_log2 = softmax_scale · log2 e
+};
 
 constexpr unsigned kV13 = kSwizzlePv | kSwizzleQk | kQkSpecialized;
 
@@ -390,7 +291,7 @@ LADDER_REGISTER_STEP(
     ladder::attention_step(15, "v13_warp_specialized",
                            "B300 series V13: warp specialization, the idle warps load the next V",
                            "14/v12")
-        .add(make_variant<kV13>("v13", "14/v12 + warps 4-7 cp.async the next block's V into a second buffer during Q K^T"))
+        .add(part3::variant<B300, kV13>("v13", "14/v12 + warps 4-7 cp.async the next block's V into a second buffer during Q K^T"))
         .main_is("v13"));
 
 }  // namespace
