@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "common/check.hpp"
+#include "common/device/backward_prep.cuh"
+#include "common/device/mma_element.cuh"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
 
@@ -34,10 +36,9 @@ namespace {
 using ladder::BackwardArgs;
 using ladder::ceil_div;
 
-// fp16 and bf16 differ only in their conversions: every kernel reads its elements as fp32 and
-// accumulates in fp32.
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// fp16 and bf16 differ only in their conversions: every kernel reads its elements as fp32
+// (ladder::ptx::element_to_float) and accumulates in fp32.
+using ladder::ptx::element_to_float;
 template <class Element>
 __device__ __forceinline__ Element from_float(float x);
 template <>
@@ -46,12 +47,12 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // ---- Kernel 1: D_i = rowsum(dO ∘ O) -------------------------------------------------------------
-// One warp per row: lanes take strided columns, then a shuffle tree sums them. D_i is what the
-// softmax's backward subtracts from every dP[i][j]; computing it from dO and O costs one pass
-// over two [N, D] tensors instead of one over the N×N matrices P and dP.
+// One warp per row: lanes take strided columns, then a shuffle tree sums them (the butterfly of
+// steps 24 and 25's preprocess, common/device/backward_prep.cuh). D_i is what the softmax's
+// backward subtracts from every dP[i][j]; computing it from dO and O costs one pass over two
+// [N, D] tensors instead of one over the N×N matrices P and dP.
 constexpr int kWarpSize = 32;
 constexpr int kRowDotWarps = 8;  // rows per block
-constexpr unsigned kFullMask = 0xffffffffu;
 
 template <class Element>
 __global__ void row_dot_kernel(const Element* __restrict__ d_o, const Element* __restrict__ o,
@@ -61,8 +62,9 @@ __global__ void row_dot_kernel(const Element* __restrict__ d_o, const Element* _
   const Element* d_o_row = d_o + row * d;
   const Element* o_row = o + row * d;
   float acc = 0.f;
-  for (int c = threadIdx.x; c < d; c += kWarpSize) acc += to_float(d_o_row[c]) * to_float(o_row[c]);
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) acc += __shfl_xor_sync(kFullMask, acc, offset);
+  for (int c = threadIdx.x; c < d; c += kWarpSize)
+    acc += element_to_float(d_o_row[c]) * element_to_float(o_row[c]);
+  acc = ladder::bwd::RowDot<kWarpSize, false>::sum_lanes(acc);  // lanes 16 apart first, then 8, ...
   if (threadIdx.x == 0) delta[row] = acc;
 }
 
@@ -88,7 +90,7 @@ __global__ void row_pairs_kernel(const Element* __restrict__ a, const Element* _
   const Element* a_row = a + (bh * n + row) * d;
   const Element* b_row = b + (bh * n + col) * d;
   float acc = 0.f;
-  for (int t = 0; t < d; ++t) acc += to_float(a_row[t]) * to_float(b_row[t]);
+  for (int t = 0; t < d; ++t) acc += element_to_float(a_row[t]) * element_to_float(b_row[t]);
 
   float value = acc;
   if constexpr (kProbabilities) {
@@ -143,7 +145,7 @@ __global__ void gradient_kernel(const float* __restrict__ m, const Element* __re
   float acc = 0.f;
   for (int k = 0; k < n; ++k) {
     const float mk = kTransposed ? m_head[std::int64_t(k) * n + row] : m_head[std::int64_t(row) * n + k];
-    acc += mk * to_float(x_head[std::int64_t(k) * d + col]);
+    acc += mk * element_to_float(x_head[std::int64_t(k) * d + col]);
   }
   out[(bh * n + row) * d + col] = from_float<Element>(alpha * acc);
 }

@@ -23,39 +23,26 @@
 //     accumulator in the workspace, a warp's 16 rows at a time staged in shared memory and added
 //     by one bulk reduce-add in the L2 (float adds in no fixed order: reruns differ in the last
 //     bits); the warpgroup's tensor cores run dK meanwhile;
-//   * a preprocess kernel computes D_i and lse·log2(e) into row buffers padded to kRowPad rows
-//     (padding rows get lse = +inf and D = 0, so their P and dS are exactly 0 without a mask) and
-//     zeroes the dQ accumulator; a convert kernel writes dQ = scale·accumulator in the element type.
+//   * step 24's preprocess and convert (common/device/backward_prep.cuh) on this step's layout of
+//     the accumulator: D_i and lse·log2(e) in rows padded to kRowPad (padding rows get lse = +inf
+//     and D = 0, so their P and dS are exactly 0 without a mask), dQ = scale·accumulator.
 //
-// Ragged N: TMA zero-fills Q, dO, K, V rows past N; keys past N are masked (P = 0); query rows
-// past N have P = 0 through their +inf lse; dK and dV rows past N are never stored. Causal: a key
-// block skips the query blocks that end before its first key and masks the blocks that straddle
-// the diagonal.
+// Ragged N: TMA zero-fills Q, dO, K, V rows past N; keys past N are masked (P = 0); query rows past
+// N have P = 0 through their +inf lse; dK and dV rows past N are never stored. Causal: a key block
+// skips the query blocks that end before its first key and masks the blocks that straddle the diagonal.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "common/check.hpp"
-#include "common/device/hopper/arch.cuh"
-#include "common/device/hopper/attention.cuh"
-#include "common/device/hopper/barriers.cuh"
-#include "common/device/hopper/gemm.cuh"
-#include "common/device/hopper/mbarrier.cuh"
-#include "common/device/hopper/pipeline.cuh"
-#include "common/device/hopper/smem.cuh"
-#include "common/device/hopper/tma.cuh"
-#include "common/device/hopper/wgmma.cuh"
-#include "common/device/mma_fragments.cuh"
+#include "common/device/backward_prep.cuh"
+#include "common/device/hopper/backward.cuh"  // and the Part IV pieces: wgmma, TMA, mbarriers, ...
 #include "common/device/ptx.cuh"
-#include "common/dispatch.hpp"
 #include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
@@ -65,16 +52,15 @@ namespace {
 
 using ladder::BackwardArgs;
 using ladder::ceil_div;
+namespace bwd = ladder::bwd;
 namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
-using step25::LateConsumers;  // the test-only variants' tiles (test_probes.cuh)
-using step25::Probe;
-using step25::WarpRelease;
+using step25::Probe;  // the test-only variants (test_probes.cuh)
+using bwd::kRowPad;   // rows of the padded per-row buffers: a stage's statistics are one bulk copy
+using DqLayout = bwd::DqFragments;  // the dQ accumulator in the consumers' fragment order
+using RowDot = bwd::RowDot<32, true>;  // D_i: a warp a row, neighbouring lanes added first
 
 constexpr int kWarpgroupThreads = 128;
-// Rows of the padded per-row buffers (lse·log2e, D, the dQ accumulator): a multiple of every
-// kBlockM, so a stage's statistics are one whole 16-byte-aligned bulk copy.
-constexpr int kRowPad = 128;
 
 template <int kHeadDim_, class Element_, int kConsumers_, int kBlockM_>
 struct Tile {
@@ -114,7 +100,7 @@ struct Tile {
     alignas(hopper::kSwizzleAlign) Element d_o[kStages][kBlockM * kHeadDim];
     // dSᵀ: rows are the block's keys, columns its queries, [kBlockM/64][kBlockN][64].
     alignas(hopper::kSwizzleAlign) Element ds[kDsStages][kBlockN * kBlockM];
-    // Each consumer warp's dQ rows of its current product, in fragment order (see dq_offset).
+    // Each consumer warp's dQ rows of its current product, in fragment order (DqLayout).
     alignas(16) float dq[kConsumers * kWarpgroupThreads / 32][kDqWarpFloats];
     alignas(16) float lse[kStages][kBlockM];  // lse·log2(e) of the stage's query rows
     alignas(16) float d[kStages][kBlockM];    // D_i of the stage's query rows
@@ -126,120 +112,6 @@ struct Tile {
   static constexpr bool kLateConsumers = false;  // the stress test's switch (test_probes.cuh)
   static constexpr bool kReleaseByWarp = false;  // the first release, timed against (test_probes.cuh)
 };
-
-// ---- Fragment helpers (the accumulator layout of wgmma.cuh, rows = keys, columns = queries) ----
-// Keys a query does not see become −inf before the exponential: keys past N and, causal, keys
-// after the query. Called only on blocks that can need it.
-template <int kCols, bool kCausal>
-__device__ __forceinline__ void mask_keys(float (&s)[kCols / 2], int key0, int q_start, int n, int t) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = key0 + 8 * h;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = q_start + 8 * j + 2 * t + e;
-        if (key >= n || (kCausal && q < key)) s[4 * j + 2 * h + e] = -INFINITY;
-      }
-  }
-}
-
-// A fragments (p_to_a's layout: a[kk][r] holds n8 tile j = 2kk + r/2 of row half h = r%2) written
-// to a [kCols/64][kTileRows][64] tile in the 128-byte swizzle, 4 bytes per store. Conflict-free as
-// stage_o_rows: a warp's 8 rows hit 8 different 16-byte chunks.
-template <int kCols, int kTileRows, class Element>
-__device__ __forceinline__ void stage_a_rows(const std::uint32_t (&a)[kCols / 16][4], Element* tile,
-                                             int row0, int t) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      Element* dst = tile + (j / 8) * kTileRows * 64 + row * 64 + (((j % 8) ^ (row % 8)) * 8) + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dst) = a[j / 2][2 * (j % 2) + h];
-    }
-  }
-}
-
-// ---- The dQ accumulator's layout -----------------------------------------------------------------
-// [B·H][n_pad/64 row tiles][D/64 column chunks][4 warps][8 n8 tiles j][32 lanes][4]: a warp's 16
-// rows of a 64 × 64 product are 4 KB contiguous, laid out exactly as its accumulator fragments
-// (lane 4g + t holds rows g, g + 8 at columns 8j + 2t, +1), so a consumer writes them to shared
-// memory with conflict-free 16-byte stores and adds them to global memory with one bulk
-// reduce-add. The float offset, within a head, of (row, col), col even (col + 1 follows it).
-template <int kHeadDim>
-__host__ __device__ __forceinline__ std::int64_t dq_offset(int row, int col) {
-  constexpr int kChunk = 64;
-  const int r = row % 64, c = col % kChunk;
-  const int warp = r / 16, g = r % 8, h = (r % 16) / 8;
-  const int j = c / 8, t = (c % 8) / 2;
-  const std::int64_t tile = std::int64_t(row / 64) * (kHeadDim / kChunk) + col / kChunk;
-  return tile * (64 * kChunk) + warp * (16 * kChunk) + (j * 32 + 4 * g + t) * 4 + 2 * h + (c % 2);
-}
-
-// ---- The preprocess kernel: D_i, lse·log2(e), a zeroed dQ accumulator --------------------------
-// One warp per padded row; rows past N get D = 0 and lse = +inf (their P = exp2(−inf) = 0).
-constexpr int kPrepWarps = 8;
-
-template <class Element>
-__device__ __forceinline__ float to_float(Element x) {
-  if constexpr (hopper::kIsBf16<Element>) return __bfloat162float(x);
-  else return __half2float(x);
-}
-
-template <int kHeadDim, class Element>
-__global__ void __launch_bounds__(kPrepWarps * 32)
-    backward_preprocess_kernel(const Element* __restrict__ o, const Element* __restrict__ d_o,
-                               const float* __restrict__ lse, float* __restrict__ lse_log2,
-                               float* __restrict__ d_rows, float* __restrict__ dq_acc, int n,
-                               int n_pad, std::int64_t padded_rows) {
-  constexpr int kPerLane = kHeadDim / 32;
-  const std::int64_t row = std::int64_t(blockIdx.x) * kPrepWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= padded_rows) return;
-  const std::int64_t bh = row / n_pad;
-  const int i = int(row % n_pad);
-  float sum = 0.f;
-  if (i < n) {
-    const std::int64_t at = (bh * n + i) * kHeadDim + lane * kPerLane;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) sum += to_float(o[at + e]) * to_float(d_o[at + e]);
-  }
-  sum = ladder::frag::quad_sum(sum);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) dq_acc[row * kHeadDim + lane * kPerLane + e] = 0.f;
-  if (lane == 0) {
-    d_rows[row] = sum;
-    lse_log2[row] = i < n ? lse[bh * n + i] * ladder::kLog2e : INFINITY;
-  }
-}
-
-// ---- The convert kernel: dQ = scale · accumulator, in the element type ------------------------
-// Four elements per thread: two float2 reads (dq_offset), two 4-byte writes.
-constexpr int kConvertThreads = 256;
-
-template <int kHeadDim, class Element>
-__global__ void __launch_bounds__(kConvertThreads)
-    backward_convert_dq_kernel(const float* __restrict__ dq_acc, Element* __restrict__ dq, int n,
-                               int n_pad, std::int64_t quads, float scale) {
-  for (std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < quads;
-       idx += std::int64_t(gridDim.x) * blockDim.x) {
-    const std::int64_t e = idx * 4;
-    const std::int64_t row = e / kHeadDim;  // over B·H·N
-    const int col = int(e % kHeadDim);
-    const std::int64_t bh = row / n;
-    const std::int64_t i = row % n;
-    const float* head = dq_acc + bh * n_pad * kHeadDim;
-    const float2 lo = *reinterpret_cast<const float2*>(head + dq_offset<kHeadDim>(int(i), col));
-    const float2 hi = *reinterpret_cast<const float2*>(head + dq_offset<kHeadDim>(int(i), col + 2));
-    hopper::store2(dq + e, lo.x * scale, lo.y * scale);
-    hopper::store2(dq + e + 2, hi.x * scale, hi.y * scale);
-  }
-}
 
 // ---- The main kernel ------------------------------------------------------------------------------
 // grid (B·H, ceil(N / kBlockN)): the key blocks of a head in y, so that (causal) the CTAs of key
@@ -276,19 +148,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // The query blocks this key block meets: causal, none that ends before its first key.
   const int m_begin = kCausal ? kv_start / kBlockM : 0;
   const int m_end = ceil_div(n, kBlockM);
-
-  if (tid == 0) {
-    hopper::tma_prefetch_map(&tm_q);
-    hopper::tma_prefetch_map(&tm_k);
-    hopper::tma_prefetch_map(&tm_v);
-    hopper::tma_prefetch_map(&tm_do);
-    hopper::mbarrier_init(&st.kv_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      hopper::mbarrier_init(&st.full[s], 1);
-      hopper::mbarrier_init(&st.empty[s], kEmptyArrivals);
-    }
-    hopper::mbarrier_init_fence();
-  }
+  if (tid == 0) hopper::init_backward_cta<kStages>(st, kEmptyArrivals, &tm_q, &tm_k, &tm_v, &tm_do);
   __syncthreads();
 
   if (warpgroup == 0) {
@@ -300,16 +160,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::tma_load_tile(st.v, &tm_v, &st.kv_full, kv_start, bh);
       const float* lse_head = lse_log2 + std::int64_t(bh) * n_pad;
       const float* d_head = d_rows + std::int64_t(bh) * n_pad;
-      for (int m = m_begin; m < m_end; ++m) {
-        const int it = m - m_begin;  // ring position
-        const int stage = hopper::ring_stage<kStages>(it);
-        hopper::mbarrier_wait(&st.empty[stage], hopper::ring_parity<kStages>(it) ^ 1);
-        hopper::mbarrier_arrive_expect_tx(&st.full[stage], 2 * T::kQBytes + 2 * T::kRowBytes);
-        hopper::tma_load_tile(st.q[stage], &tm_q, &st.full[stage], m * kBlockM, bh);
-        hopper::tma_load_tile(st.d_o[stage], &tm_do, &st.full[stage], m * kBlockM, bh);
-        hopper::bulk_load(st.lse[stage], lse_head + m * kBlockM, T::kRowBytes, &st.full[stage]);
-        hopper::bulk_load(st.d[stage], d_head + m * kBlockM, T::kRowBytes, &st.full[stage]);
-      }
+      for (int m = m_begin; m < m_end; ++m)  // ring position m − m_begin: Q, dO, lse and D
+        hopper::load_query_stage<T::kQBytes, T::kRowBytes, kStages>(st, m - m_begin, &tm_q, &tm_do, m * kBlockM, bh,
+                                                                    lse_head, d_head);
     }
     return;  // nothing after the split waits for the producer's threads
   }
@@ -322,7 +175,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int g = lane / 4;
   const int t = lane % 4;
   // This thread's rows of the warpgroup's accumulators: keys key_local, key_local + 8 of the block
-  // (Sᵀ, dPᵀ, dK, dV); its dQ rows are the warp's 16 of a 64-query block (dq_offset).
+  // (Sᵀ, dPᵀ, dK, dV); its dQ rows are the warp's 16 of a 64-query block (DqLayout).
   const int key_local = consumer * 64 + warp_in_wg * 16 + g;
 
   // Descriptor bases: this warpgroup's 64 keys of K and V (A of Sᵀ and dPᵀ); Q, dO, dS at stage 0.
@@ -333,13 +186,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const std::uint32_t do_addr = ptx::smem_addr(st.d_o);
   const std::uint32_t ds_addr = ptx::smem_addr(st.ds);
 
-  float acc_dk[kHeadDim / 2];
-  float acc_dv[kHeadDim / 2];
+  float acc_dk[kHeadDim / 2], acc_dv[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) acc_dk[i] = acc_dv[i] = 0.f;
-
   float* dq_head = dq_acc + std::int64_t(bh) * n_pad * kHeadDim;
-
   hopper::mbarrier_wait(&st.kv_full, 0);
 
   auto block = [&](int m, auto masked) {
@@ -365,31 +215,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::wgmma_wait<1>();
     hopper::fence_registers(s);
     if constexpr (decltype(masked)::value)
-      mask_keys<kBlockM, kCausal>(s, kv_start + key_local, m * kBlockM, n, t);
+      hopper::mask_keys<kBlockM, kCausal>(s, kv_start + key_local, m * kBlockM, n, t);
     const float* lse = st.lse[stage];
     if constexpr (T::kLateConsumers) T::be_late();
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        s[4 * j + 2 * h] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h], scale_log2, -l.x));
-        s[4 * j + 2 * h + 1] = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + 1], scale_log2, -l.y));
-      }
-    }
+    hopper::p_from_lse<kBlockM>(s, lse, scale_log2, t);  // Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e)
     hopper::wgmma_wait<0>();
     hopper::fence_registers(dp);
     const float* d = st.d[stage];
     if constexpr (T::kLateConsumers) T::be_late();
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 dd = *reinterpret_cast<const float2*>(d + 8 * j + 2 * t);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dd.x);
-        dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - dd.y);
-      }
-    }
+    hopper::ds_from_dp<kBlockM>(dp, s, d, t);  // dSᵀ = Pᵀ ∘ (dPᵀ − D)
     hopper::p_to_a<kBlockM, Element>(s, p_a);
     hopper::p_to_a<kBlockM, Element>(dp, ds_a);
 
@@ -397,7 +231,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // blocks ago, and every consumer warp passed the previous block's barrier (below) only after
     // waiting for those products.
     const int ds_stage = it % T::kDsStages;
-    stage_a_rows<kBlockM, kBlockN>(ds_a, st.ds[ds_stage], key_local, t);
+    hopper::stage_a_rows<kBlockM, kBlockN>(ds_a, st.ds[ds_stage], key_local, t);
     hopper::fence_proxy_async_smem();
 
     // dV += Pᵀ dO, A from registers; dK follows the first dQ product (below), so that the tensor
@@ -414,18 +248,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const int product = consumer + i * T::kConsumers;
       const int mb = product / (kHeadDim / T::kDqChunk);  // 64-query block of the stage
       const int c = product % (kHeadDim / T::kDqChunk);   // 64-column block of D
-      // A: dSᵀ's column block mb (queries contiguous, keys down the rows), read transposed;
-      // B: K's column block c ([keys][64], D contiguous), read transposed as V is in P·V.
+      // A: dSᵀ's column block mb, read transposed; B: K's column block c, read transposed.
       const std::uint32_t a_base = ds_s + mb * kBlockN * hopper::kSwizzleRowBytes;
       const std::uint32_t b_base = k_all + c * kBlockN * hopper::kSwizzleRowBytes;
       hopper::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const std::uint32_t key_rows = kk * 16 * hopper::kSwizzleRowBytes;
-        hopper::Wgmma<T::kDqChunk, Element>::template ss_transposed<true, true>(
-            dq, hopper::desc_mn_major(a_base + key_rows, kBlockN * hopper::kSwizzleRowBytes),
-            hopper::desc_mn_major(b_base + key_rows, kBlockN * hopper::kSwizzleRowBytes), kk > 0);
-      }
+      hopper::issue_ds_k<kBlockN, Element>(dq, a_base, b_base);
       hopper::wgmma_commit();
       if (i == 0) {
         // dK += dSᵀ Q, A from registers, queued behind this dQ product: waiting for all but the
@@ -439,28 +266,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         hopper::wgmma_wait<0>();
       }
       hopper::fence_registers(dq);
-      // The warp's 16 rows go to global memory by one bulk reduce-add (a float add per element
-      // in the L2: the CTAs of the head's other key blocks add into the same rows), so the
-      // warp spends 8 shared stores and one bulk operation on it, no per-element atomics. Its
-      // buffer's previous reduce, issued by lane 0, must have read it first.
-      // The warp and lane are re-read from threadIdx.x here rather than kept live across the block.
+      // The warp's 16 rows go to global memory by one bulk reduce-add: 8 shared stores a lane
+      // and one bulk operation a warp. The warp and lane are re-read from threadIdx.x here
+      // rather than kept live across the block.
       const int dq_lane = int(threadIdx.x) % 32;
       const int dq_warp = int(threadIdx.x) / 32 - kWarpgroupThreads / 32;  // among the consumers
-      float* dq_stage = st.dq[dq_warp];
-      if (dq_lane == 0) hopper::tma_store_wait_read();
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < T::kDqChunk / 8; ++j)
-        *reinterpret_cast<float4*>(dq_stage + (j * 32 + dq_lane) * 4) =
-            make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-      hopper::fence_proxy_async_smem();  // the bulk reduce reads what the stores wrote
-      __syncwarp();
-      if (dq_lane == 0) {
+      hopper::reduce_add_dq_rows(dq, st.dq[dq_warp], dq_lane, [&] {
         const int row = m * kBlockM + mb * 64 + (dq_warp % 4) * 16;  // < n_pad: kBlockM divides kRowPad
-        hopper::bulk_reduce_add_f32(dq_head + dq_offset<kHeadDim>(row, c * T::kDqChunk), dq_stage,
-                                    T::kDqWarpFloats * sizeof(float));
-        hopper::tma_store_commit();
-      }
+        return dq_head + DqLayout::offset<kHeadDim>(row, c * T::kDqChunk);
+      });
     }
     // dK is done: dSᵀ's registers are free and the stage's Q and dO may be refilled. Each thread
     // arrives itself: its reads of lse and D are ordered before its own release (the arrive), and
@@ -502,125 +316,59 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- Host side --------------------------------------------------------------------------------
-int padded_rows(int n) { return ceil_div(n, kRowPad) * kRowPad; }
-
-// The workspace: the fp32 dQ accumulator [B·H][n_pad][D], then lse·log2e and D, [B·H][n_pad] each.
-struct Workspace {
-  float* dq_acc;
-  float* lse_log2;
-  float* d_rows;
-};
-std::size_t workspace_bytes(const ladder::AttentionShape& s) {
-  const std::size_t rows = std::size_t(s.batch) * s.heads * padded_rows(s.seqlen);
-  return rows * (std::size_t(s.head_dim) + 2) * sizeof(float);
-}
-Workspace carve(void* base, const ladder::AttentionShape& s) {
-  const std::size_t rows = std::size_t(s.batch) * s.heads * padded_rows(s.seqlen);
-  auto* f = static_cast<float*>(base);
-  return {f, f + rows * s.head_dim, f + rows * (s.head_dim + 1)};
-}
-
-template <class T, bool kCausal>
-void launch_tile(const BackwardArgs& args, cudaStream_t stream, bool heads_on_y) {
-  using Element = typename T::Element;
-  constexpr int kHeadDim = T::kHeadDim;
-  const auto a = args.as<Element>();
-  const auto& sh = args.shape;
-  const int n = sh.seqlen;
-  const int n_pad = padded_rows(n);
-  const int heads = sh.batch * sh.heads;
-  const std::int64_t rows = std::int64_t(heads) * n_pad;
-  if (args.workspace == nullptr) throw std::logic_error("step 25 needs its workspace");
-  const Workspace ws = carve(args.workspace, sh);
-
-  backward_preprocess_kernel<kHeadDim, Element>
-      <<<unsigned(ceil_div(rows, std::int64_t(kPrepWarps))), kPrepWarps * 32, 0, stream>>>(
-          a.o, a.d_o, args.lse, ws.lse_log2, ws.d_rows, ws.dq_acc, n, n_pad, rows);
-  CUDA_CHECK_LAUNCH("backward_preprocess_kernel");
-
-  auto* kernel = hopper_backward_kernel<T, kCausal>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(T::kSmemBytes)));
-  const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, heads, n, kHeadDim, T::kBlockM);
-  const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, heads, n, kHeadDim, T::kBlockN);
-  const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, heads, n, kHeadDim, T::kBlockN);
-  const CUtensorMap tm_do = hopper::make_attention_tensor_map(a.d_o, heads, n, kHeadDim, T::kBlockM);
-  const unsigned key_blocks = unsigned(ceil_div(n, T::kBlockN));
-  const dim3 grid = heads_on_y ? dim3(key_blocks, unsigned(heads)) : dim3(unsigned(heads), key_blocks);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
-      tm_q, tm_k, tm_v, tm_do, ws.lse_log2, ws.d_rows, ws.dq_acc, a.dk, a.dv, n, n_pad,
-      args.softmax_scale * ladder::kLog2e, args.softmax_scale, heads_on_y);
-  CUDA_CHECK_LAUNCH("hopper_backward_kernel");
-
-  const std::int64_t quads = std::int64_t(heads) * n * kHeadDim / 4;
-  const int blocks = int(std::min<std::int64_t>(ceil_div(quads, std::int64_t(kConvertThreads)),
-                                                std::int64_t(args.sm_count > 0 ? args.sm_count : 132) * 16));
-  backward_convert_dq_kernel<kHeadDim, Element>
-      <<<blocks, kConvertThreads, 0, stream>>>(ws.dq_acc, a.dq, n, n_pad, quads, args.softmax_scale);
-  CUDA_CHECK_LAUNCH("backward_convert_dq_kernel");
-}
-
 // The query rows per block of a variant at each head dimension.
 template <int kConsumers, int kHeadDim>
 inline constexpr int kBlockMOf = kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64);
-template <int kHeadDim, class Element, int kConsumers>
-using MeasuredTileOf = Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>;
 // The measured tile, or a test-only variant's change of it (test_probes.cuh).
 template <int kHeadDim, class Element, int kConsumers, Probe kProbe = Probe::kNone>
-using TileOf = std::conditional_t<
-    kProbe == Probe::kLateConsumers, LateConsumers<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
-    std::conditional_t<kProbe == Probe::kWarpRelease, WarpRelease<MeasuredTileOf<kHeadDim, Element, kConsumers>>,
-                       MeasuredTileOf<kHeadDim, Element, kConsumers>>>;
+using TileOf = step25::WithProbe<kProbe, Tile<kHeadDim, Element, kConsumers, kBlockMOf<kConsumers, kHeadDim>>>;
 
 template <int kConsumers, bool kHeadsOnY, Probe kProbe>
-void launch(const BackwardArgs& a, cudaStream_t stream) {
-  auto body = [&]<class Element>() {
-    ladder::dispatch_head_dim<64, 128>(a.shape.head_dim, [&]<int kHeadDim>() {
-      using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
-      if (a.shape.causal) launch_tile<T, true>(a, stream, kHeadsOnY);
-      else launch_tile<T, false>(a, stream, kHeadsOnY);
+void launch(const BackwardArgs& args, cudaStream_t stream) {
+  bwd::dispatch(args, [&]<class Element, int kHeadDim, bool kCausal>() {
+    using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
+    const auto a = args.as<Element>();
+    const int n = args.shape.seqlen;
+    const int heads = args.shape.batch * args.shape.heads;
+    bwd::run<RowDot, DqLayout, Element, kHeadDim>(args, stream, 0, [&](const bwd::Workspace& ws) {
+      auto* kernel = hopper_backward_kernel<T, kCausal>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+      auto map = [&](const Element* x, int rows) {
+        return hopper::make_attention_tensor_map(x, heads, n, kHeadDim, rows);
+      };
+      const unsigned key_blocks = unsigned(ceil_div(n, T::kBlockN));
+      const dim3 grid = kHeadsOnY ? dim3(key_blocks, unsigned(heads)) : dim3(unsigned(heads), key_blocks);
+      kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
+          map(a.q, T::kBlockM), map(a.k, T::kBlockN), map(a.v, T::kBlockN), map(a.d_o, T::kBlockM),
+          ws.lse_log2, ws.delta, ws.dq_accum, a.dk, a.dv, n, bwd::padded_rows(n),
+          args.softmax_scale * ladder::kLog2e, args.softmax_scale, kHeadsOnY);
+      CUDA_CHECK_LAUNCH("hopper_backward_kernel");
     });
-  };
-  if (a.shape.dtype == ladder::DType::BF16) body.template operator()<__nv_bfloat16>();
-  else body.template operator()<__half>();
+  });
 }
 
 template <int kConsumers, int kHeadDim, Probe kProbe>
 std::vector<ladder::KernelInfo> kernels() {
   std::vector<ladder::KernelInfo> out;
-  auto add = [&]<class Element>(const char* type) {
+  bwd::for_element_types([&]<class Element>(const char* type) {
     using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
     const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
                                         T::kBlockM, T::kStages, type, step25::probe_name(kProbe));
-    auto add_one = [&](ladder::KernelInfo k) {
-      k.dtype = ladder::dtype_of<Element>();
-      out.push_back(std::move(k));
-    };
-    add_one(ladder::kernel(ladder::strprintf("backward_preprocess_kernel<D=%d%s>", kHeadDim, type),
-                           backward_preprocess_kernel<kHeadDim, Element>, kPrepWarps * 32));
-    add_one(ladder::kernel(name, hopper_backward_kernel<T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
-    add_one(ladder::kernel(name + " causal", hopper_backward_kernel<T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
-    add_one(ladder::kernel(ladder::strprintf("backward_convert_dq_kernel<D=%d%s>", kHeadDim, type),
-                           backward_convert_dq_kernel<kHeadDim, Element>, kConvertThreads));
-  };
-  add.template operator()<__half>("");
-  add.template operator()<__nv_bfloat16>(",bf16");
+    bwd::add_kernel_rows<RowDot, DqLayout, Element, kHeadDim>(out, type, name, hopper_backward_kernel<T, false>,
+                                                           hopper_backward_kernel<T, true>, T::kThreads, T::kSmemBytes);
+  });
   return out;
 }
 
 template <int kConsumers, bool kHeadsOnY = false, Probe kProbe = Probe::kNone>
 ladder::Variant variant(const char* name, const char* description) {
-  auto v = ladder::backward_variant(name, description, launch<kConsumers, kHeadsOnY, kProbe>);
+  auto v = bwd::variant<DqLayout>(name, description, launch<kConsumers, kHeadsOnY, kProbe>, [](int) { return 0; });
   // grid.y is the key blocks of a head, or (kHeadsOnY) the heads
   if (kHeadsOnY) v.batch_heads_on_grid_yz();
   else v.up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers);
-  return v
-      .needs_sm(90)
-      .for_head_dims({64, 128})
-      .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
+  return v.needs_sm(90)
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .nondeterministic()  // dQ: float adds from every key block, in no fixed order
-      .with_workspace([](const ladder::AttentionShape& s) { return workspace_bytes(s); })
       .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128, kProbe>() : kernels<kConsumers, 64, kProbe>(); });
 }
 

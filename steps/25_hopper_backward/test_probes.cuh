@@ -3,6 +3,8 @@
 // The kernel asks T::kLateConsumers and T::kReleaseByWarp (false in the measured Tile).
 #pragma once
 
+#include <type_traits>
+
 namespace step25 {
 
 // 25/late_consumers, a test and not a rung: every consumer warp waits kLateCycles before it reads
@@ -34,5 +36,9 @@ enum class Probe { kNone, kLateConsumers, kWarpRelease };
 constexpr const char* probe_name(Probe p) {
   return p == Probe::kLateConsumers ? ",late consumers" : p == Probe::kWarpRelease ? ",warp release" : "";
 }
+// The tile a variant runs: the measured one, or a test-only variant's change of it.
+template <Probe kProbe, class Measured>
+using WithProbe = std::conditional_t<kProbe == Probe::kLateConsumers, LateConsumers<Measured>,
+                                     std::conditional_t<kProbe == Probe::kWarpRelease, WarpRelease<Measured>, Measured>>;
 
 }  // namespace step25
