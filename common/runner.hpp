@@ -5,6 +5,10 @@
 //        constraints → poison → launch → every element written? → error vs reference
 //        → difference from its baseline's output → timing → rerun identical?
 //   → one ProblemRun (rows + notes), printed by report.hpp and written as JSON.
+//
+// One file per problem kind: common/run_attention.cpp, run_backward.cpp and run_kernels.cpp
+// (matmul, reduction), over what they share in common/run_shared.hpp; run_args.hpp builds a
+// launch's arguments for the runner and the C interface alike.
 #pragma once
 
 #include <cstdint>

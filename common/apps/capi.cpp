@@ -68,6 +68,7 @@
 #include "common/check.hpp"
 #include "common/device_buffer.hpp"
 #include "common/registry.hpp"
+#include "common/run_args.hpp"
 
 namespace {
 
@@ -196,20 +197,8 @@ int guarded(const char* id, char* error, int error_bytes, Body&& body) {
   return 1;
 }
 
-// The forward's arguments from a prepared call (the Part VI pointers left null).
-static ladder::AttentionArgs attention_args(const Prepared& p, const void* q, const void* k, const void* v,
-                                            void* o, float* lse) {
-  return {p.shape,
-          p.shape.softmax_scale(),
-          static_cast<const __half*>(q),
-          static_cast<const __half*>(k),
-          static_cast<const __half*>(v),
-          static_cast<__half*>(o),
-          lse,
-          p.workspace,
-          p.gpu.sm_count,
-          p.gpu.l2_bytes};
-}
+// The device a prepared call launches on, as its arguments carry it.
+static ladder::LaunchDevice launch_device(const Prepared& p) { return {p.gpu.sm_count, p.gpu.l2_bytes}; }
 
 extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen, int head_dim,
                                 int causal, int bf16, const void* q, const void* k, const void* v,
@@ -217,7 +206,8 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
   return guarded(id, error, error_bytes, [&] {
     const Prepared p = prepare<ladder::AttentionLaunch>(id, "attention", batch, heads, seqlen,
                                                          head_dim, causal, bf16);
-    const ladder::AttentionArgs args = attention_args(p, q, k, v, o, lse);
+    const ladder::AttentionArgs args =
+        ladder::attention_args(p.shape, q, k, v, o, lse, p.workspace, launch_device(p));
     std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }
@@ -230,20 +220,8 @@ extern "C" int ladder_attention_backward(const char* id, int batch, int heads, i
   return guarded(id, error, error_bytes, [&] {
     const Prepared p = prepare<ladder::BackwardLaunch>(id, "backward", batch, heads, seqlen,
                                                         head_dim, causal, bf16);
-    const ladder::BackwardArgs args{p.shape,
-                                    p.shape.softmax_scale(),
-                                    static_cast<const __half*>(q),
-                                    static_cast<const __half*>(k),
-                                    static_cast<const __half*>(v),
-                                    static_cast<const __half*>(o),
-                                    static_cast<const __half*>(d_o),
-                                    lse,
-                                    static_cast<__half*>(dq),
-                                    static_cast<__half*>(dk),
-                                    static_cast<__half*>(dv),
-                                    p.workspace,
-                                    p.gpu.sm_count,
-                                    p.gpu.l2_bytes};
+    const ladder::BackwardArgs args = ladder::backward_args(p.shape, q, k, v, o, d_o, lse, dq, dk, dv,
+                                                            p.workspace, launch_device(p));
     std::get<ladder::BackwardLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }
@@ -260,10 +238,9 @@ extern "C" int ladder_attention_serving(const char* id, int batch, int heads, in
         id, "attention",
         serving_shape(batch, heads, kv_heads, seqlen, kv_seqlen, head_dim, causal, bf16, q_lens,
                       kv_lens, cu_seqlens_q, cu_seqlens_k, page_size, block_table));
-    ladder::AttentionArgs args = attention_args(p, q, k, v, o, lse);
-    args.cu_seqlens_q = cu_seqlens_q;
-    args.cu_seqlens_k = cu_seqlens_k;
-    args.block_table = block_table;
+    const ladder::AttentionArgs args =
+        ladder::attention_args(p.shape, q, k, v, o, lse, p.workspace, launch_device(p),
+                               {cu_seqlens_q, cu_seqlens_k, block_table});
     std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }

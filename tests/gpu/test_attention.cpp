@@ -144,7 +144,7 @@ TEST_CASE("attention: a large problem, every (head, tile) checked", "[gpu][large
   if (variants.empty()) return;
   // N = 4224 = 33 × 128 = 22 × 192: whole for the 128- and 192-row tiles (the ragged edges are the
   // grids' work); what this adds is size, 54 heads, so persistent CTAs walk several tiles each. The
-  // reference's budget (runner.cpp, reference_rows) checks a sample of rows that covers every
+  // reference's budget (run_shared.cpp, reference_rows) checks a sample of rows that covers every
   // (head, 128-row tile) and each head's first and last row, not every row.
   RunOptions options = testing::check_options();
   const AttentionShape shape{.batch = 6, .heads = 9, .seqlen = 4224, .head_dim = 64, .causal = false};
