@@ -90,13 +90,22 @@ BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
 BACKWARD_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "fa4")
 
 
-def grids(quick, grid="ladder"):
+def grids(quick, grid="ladder", backward=False):
     """(batch, heads, seqlen, head_dim, causal): grid="ladder", the ladder's benchmark grids;
     "part4", the targets of Part IV (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N = 4096, 8192, both
     masks, and FlashAttention-3's ablation shape B=4 H=16 N=8448 D=128); "part7", those and Part
     VII's two more targets (B=1 H=64 N=1024 D=128 non-causal, B=16 H=16 N=1024 D=64 causal); "series", Part III's
     workload (B=1 H=64 N=1024 D=128) before the ladder's grids and B=4 H=8 N=16384 D=64; "bwd", the
-    backward's shapes of Part V (B=4 H=8 N=8192 D=64 and B=2 H=16 N=8192 D=128, both masks)."""
+    backward's shapes of Part V (B=4 H=8 N=8192 D=64 and B=2 H=16 N=8192 D=128, both masks);
+    "refactor", the old-against-new check of a refactor (every variant of two builds, so small: D=64 and
+    D=128 at N=4096, both masks, B=4 H=8 and B=4 H=16; with --pass bwd B=2 H=8 N=4096, where step 23's
+    N x N matrices still fit)."""
+    if grid == "refactor" and backward:
+        return [(2, 8, 4096, d, c) for d in (64, 128) for c in (False, True)][:1 if quick else 4]
+    if grid == "refactor":
+        if quick:
+            return [(1, 2, 1024, 64, False)]
+        return ([(4, 8, 4096, 64, c) for c in (False, True)] + [(4, 16, 4096, 128, c) for c in (False, True)])
     if grid == "bwd":
         shapes = [(4, 8, 8192, 64, c) for c in (False, True)] + [(2, 16, 8192, 128, c) for c in (False, True)]
         return shapes[:2] if quick else shapes
@@ -215,10 +224,12 @@ def main(argv=None):
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "serve"), default="fwd",
                     help="time the forward (O from Q, K, V), the backward (dQ, dK, dV from dO), or Part VI's "
                     "serving problems (GQA, decode, varlen, paged: GB/s and %% of a device copy)")
-    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "serve") + SERVE_GRIDS, default=None,
+    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "refactor", "serve") + SERVE_GRIDS, default=None,
                     help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
                     "Part III's series, or Part V's backward shapes (the backward's default); --pass serve: "
                     + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")
+    ap.add_argument("--head-dim", type=int, choices=(64, 128), default=128,
+                    help="--pass serve: the head dimension of the serving grids (their own is 128)")
     ap.add_argument("--varlen-count", type=int, default=16, help="--pass serve: sequences of the varlen batch")
     ap.add_argument("--varlen-max", type=int, default=8192,
                     help="--pass serve: the varlen lengths are drawn from 1..this (with --seed)")
@@ -332,7 +343,7 @@ def main(argv=None):
         write_file(rows, final)
 
     failed = []
-    for (bsz, heads, n, d, causal) in grids(args.quick, args.grid):
+    for (bsz, heads, n, d, causal) in grids(args.quick, args.grid, backward):
         q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
         flops = 4 * bsz * heads * n * n * d / (2 if causal else 1) * (2.5 if backward else 1)
         base = {"kind": "attention", "pass": args.pass_, "batch": bsz, "heads": heads, "seqlen": n,

@@ -43,21 +43,21 @@ def varlen_lengths(seed, count, longest):
     return [rng.randint(1, longest) for _ in range(count)]
 
 
-def serve_shapes(quick, grid="serve", seed=0, varlen_count=16, varlen_max=8192):
-    """The shapes of --pass serve's grids (one of SERVE_GRIDS, or "serve": all); quick keeps the
-    first of each."""
+def serve_shapes(quick, grid="serve", seed=0, varlen_count=16, varlen_max=8192, head_dim=128):
+    """The shapes of --pass serve's grids (one of SERVE_GRIDS, or "serve": all), at head_dim (the
+    grids' own is 128); quick keeps the first of each."""
     out = []
     for kind in (SERVE_GRIDS if grid == "serve" else (grid,)):
         if kind == "decode":  # Nq = 1 sees every key: causal or not is the same problem
-            group = [serve_shape("decode", b, h, hkv, 1, nk, 128, False) for b, h, hkv, nk in DECODE_SHAPES]
+            group = [serve_shape("decode", b, h, hkv, 1, nk, head_dim, False) for b, h, hkv, nk in DECODE_SHAPES]
         elif kind == "gqa":
-            group = [serve_shape("gqa", 4, 32, 8, n, n, 128, c) for c in (False, True) for n in (4096, 8192)]
+            group = [serve_shape("gqa", 4, 32, 8, n, n, head_dim, c) for c in (False, True) for n in (4096, 8192)]
         elif kind == "varlen":
             lens = varlen_lengths(seed, varlen_count, varlen_max)
-            group = [serve_shape("varlen", len(lens), h, hkv, max(lens), max(lens), 128, c, lens)
+            group = [serve_shape("varlen", len(lens), h, hkv, max(lens), max(lens), head_dim, c, lens)
                      for h, hkv in ((32, 8), (16, 16)) for c in (False, True)]
         else:
-            group = [serve_shape("paged", b, h, hkv, 1, nk, 128, False, page_size=p)
+            group = [serve_shape("paged", b, h, hkv, 1, nk, head_dim, False, page_size=p)
                      for p in PAGE_SIZES for b, h, hkv, nk in DECODE_SHAPES]
         out += group[:1] if quick else group
     return out
@@ -278,7 +278,7 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
     print(f"{'device-to-device copy, 4 GiB':38s} {copy_gbps:.0f} GB/s (read + write; the ceiling below)", flush=True)
 
     failed = []
-    for s in serve_shapes(args.quick, args.grid, args.seed, args.varlen_count, args.varlen_max):
+    for s in serve_shapes(args.quick, args.grid, args.seed, args.varlen_count, args.varlen_max, getattr(args, "head_dim", 128)):
         d, h, hkv = s["head_dim"], s["heads"], s["kv_heads"]
         if s["q_lens"]:
             total = sum(s["q_lens"])

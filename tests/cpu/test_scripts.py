@@ -177,6 +177,9 @@ def test_peers_args(tmp, capi):
     check(peers.row_name("old", "18/ws") == "ladder:old:18/ws" and peers.row_name("", "18/ws") == "ladder:18/ws",
           "row names: ladder:LABEL:ID, and ladder:ID for one library (the crosscheck table's)")
     check([s[:4] for s in peers.grids(False, "part4")][-1] == (4, 16, 8448, 128), "part4 ends with FA3's shape")
+    check([s[3] for s in peers.grids(False, "refactor")] == [64, 64, 128, 128]
+          and {s[2] for s in peers.grids(False, "refactor", True)} == {4096}
+          and len(peers.grids(True, "refactor")) == 1, "refactor: D = 64 and 128, both masks; its own backward shapes")
     check(len(peers.grids(False, "part4")) == 9 and peers.grids(False, "series")[0] == (1, 64, 1024, 128, False),
           "the part4 and series grids")
 
@@ -217,7 +220,7 @@ FAKE_MAIN = """
 import sys
 import peers
 import torch
-peers.grids = lambda quick, grid="ladder": [(1, 2, 40, 16, False), (1, 2, 40, 16, True)]
+peers.grids = lambda quick, grid="ladder", backward=False: [(1, 2, 40, 16, False), (1, 2, 40, 16, True)]
 
 
 class FakeLibs:  # the two labelled libraries, without loading them
@@ -388,7 +391,7 @@ import torch
 from torch.nn.functional import attention
 S = peers_serve.serve_shape
 peers_serve.COPY_BYTES = 1 << 16
-peers_serve.serve_shapes = lambda quick, grid, seed, count, longest: [
+peers_serve.serve_shapes = lambda quick, grid, seed, count, longest, head_dim=128: [
     S("decode", 2, 4, 2, 1, 40, 16, False), S("decode", 2, 4, 2, 3, 40, 16, True),
     S("gqa", 1, 4, 2, 24, 24, 16, True), S("gqa", 1, 4, 2, 200, 200, 16, True),
     S("varlen", 4, 4, 2, 150, 150, 16, True, [1, 17, 150, 5]),
@@ -467,6 +470,9 @@ def test_peers_serve(tmp, capi):
           "serve grid: varlen lengths drawn from 1..8192, the same for a seed, another for another seed")
     check(sorted({x["page_size"] for x in shapes if x["kind"] == "paged"}) == [64, 256]
           and len([x for x in shapes if x["kind"] == "paged"]) == 8, "serve grid: paged decode at pages of 64 and 256")
+    check({x["head_dim"] for x in peers_serve.serve_shapes(False, "serve", 0, 16, 8192, 64)} == {64}
+          and {x["head_dim"] for x in peers_serve.serve_shapes(False)} == {128},
+          "serve: --head-dim sets every grid's D (128 by default)")
     check([x["kind"] for x in peers_serve.serve_shapes(True)] == ["decode", "gqa", "varlen", "paged"],
           "serve --quick: the first shape of each kind")
     s = peers_serve.serve_shape("decode", 2, 8, 2, 3, 10, 64, True)
