@@ -29,19 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "common/check.hpp"
-#include "common/device/hopper/arch.cuh"
-#include "common/device/hopper/attention.cuh"
-#include "common/device/hopper/barriers.cuh"
-#include "common/device/hopper/gemm.cuh"
-#include "common/device/hopper/mbarrier.cuh"
-#include "common/device/hopper/pipeline.cuh"
-#include "common/device/hopper/shared_storage.cuh"
-#include "common/device/hopper/smem.cuh"
-#include "common/device/hopper/tile_scheduler.cuh"
-#include "common/device/hopper/tma.cuh"
-#include "common/device/hopper/wgmma.cuh"
-#include "common/device/ptx.cuh"
+#include "common/device/hopper/hopper.cuh"
 #include "common/dispatch.hpp"
 #include "common/exp2_poly.hpp"
 #include "common/lazy_rescale.hpp"
@@ -52,11 +40,10 @@
 namespace {
 
 using ladder::AttentionArgs;
-using ladder::ceil_div;
 namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
-constexpr int kWarpgroupThreads = 128;
+using hopper::kWarpgroupThreads;
 
 // Which exponentials go to the FMA pipes: none, or the n8 column tiles j with j % kPolyEvery ==
 // kPolyEvery − 1 (4: a quarter, 2: a half). Interleaved, so both pipes have work all along the row.
@@ -83,24 +70,6 @@ struct Tile {
   static_assert(kProducerRegisters * kWarpgroupThreads +
                     kConsumerRegisters * kConsumers * kWarpgroupThreads <= 65536);
 };
-
-// A tile's query rows and its K/V blocks, processed from the last block to the first.
-struct Span {
-  int q_start;   // first query row
-  int n_blocks;  // K/V blocks to visit
-  int n_masked;  // of which the first n_masked (in processing order) may need a mask
-};
-template <class T, bool kCausal>
-__device__ __forceinline__ Span span_of(const hopper::WorkTile& w, int n) {
-  Span s;
-  s.q_start = w.m_block * T::kBlockM;
-  const int kv_end = kCausal ? min(n, s.q_start + T::kBlockM) : n;
-  s.n_blocks = ceil_div(kv_end, T::kBlockN);
-  // Blocks [0, n_full) need no mask (they end before N and, causal, before the tile's first row).
-  const int n_full = kCausal ? min(n / T::kBlockN, s.q_start / T::kBlockN) : n / T::kBlockN;
-  s.n_masked = s.n_blocks - n_full;
-  return s;
-}
 
 // Step 31's online softmax (attention.cuh) with the two changes. The exponential of column tile j
 // is a compile-time choice (the loops unroll), so a variant is one straight-line block of MUFU.EX2
@@ -187,29 +156,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if (warpgroup == 0) {
     // ---- Producer ----
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
-    if (tid == 0) {
-      int it = 0;     // ring position: the CTA's it-th K/V block
-      int local = 0;  // the CTA's tile count: the phase of q_full and q_empty
-      for (hopper::WorkTile w = scheduler.producer_first(); w.valid; w = scheduler.producer_next(), ++local) {
-        const Span sp = span_of<T, kCausal>(w, n);
-        auto load_kv = [&](int i) {
-          hopper::load_kv_block(st, it++, &tm_k, &tm_v, (sp.n_blocks - 1 - i) * T::kBlockN, w.bh);
-        };
-        // The tile's first blocks go into the ring as soon as the previous tile frees stages,
-        // before Q, whose buffer frees only after the previous tile's epilogue: the loads of the
-        // next tile overlap the end of this one.
-        const int ahead = min(T::kStages, sp.n_blocks);
-        int i = 0;
-        for (; i < ahead; ++i) load_kv(i);
-        hopper::mbarrier_wait(&st.q_empty, (local & 1) ^ 1);
-        scheduler.publish();
-        hopper::mbarrier_arrive_expect_tx(&st.q_full, T::Storage::kQBytes);
-        hopper::tma_load_tile(st.q, &tm_q, &st.q_full, sp.q_start, w.bh);
-        scheduler.prefetch_next();
-        for (; i < sp.n_blocks; ++i) load_kv(i);
-      }
-      scheduler.producer_done(local);
-    }
+    // The tile loop of every persistent step (persistent.cuh): K/V blocks ahead of Q, the ring
+    // and the tile count running across the CTA's tiles.
+    if (tid == 0) hopper::produce_tiles<T, kCausal>(st, scheduler, &tm_q, &tm_k, &tm_v, hopper::DenseRows{n});
     return;  // nothing after the split waits for the producer's threads
   }
 
@@ -248,7 +197,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   int it = 0;  // ring position, as in the producer
   for (hopper::WorkTile w = scheduler.consumer_first(); w.valid; w = scheduler.consumer_next()) {
-    const Span sp = span_of<T, kCausal>(w, n);
+    const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
     const int row0 = sp.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
     for (int i = 0; i < T::kHeadDim / 2; ++i) acc_o[i] = 0.f;
@@ -324,22 +273,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
-    // Epilogue: O / l into this warpgroup's own 64 rows of the Q buffer (its last S product,
-    // the only reader of those rows, has completed), fenced into the async proxy, then one
-    // thread stores them with the copy engine once the warpgroup's writes are all done.
-    hopper::finalize_rows<T::kHeadDim>(acc_o, row_sum);
-    hopper::stage_o_rows<T::kHeadDim, T::kBlockM>(acc_o, st.q, local_row0, t);
-    hopper::fence_proxy_async_smem();
-    hopper::named_barrier_sync<kWarpgroupThreads>(hopper::epilogue_barrier(consumer));
-    if (store_thread) {
-#pragma unroll
-      for (int cb = 0; cb < T::kHeadDim / 64; ++cb)
-        hopper::tma_store_tile(&tm_o, st.q + cb * T::kBlockM * 64 + consumer * 64 * 64,
-                               sp.q_start + consumer * 64, cb, w.bh);
-      hopper::tma_store_commit();
-      hopper::tma_store_wait_read();  // the engine has read the rows: the buffer is free
-      hopper::mbarrier_arrive(&st.q_empty);
-    }
+    // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
+    // thread's TMA store, then q_empty.
+    hopper::store_o_tile<T>(st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread, sp.q_start, w.bh);
   }
   if constexpr (!Scheduler::kKnowsLast) {
     if (consumer == 0) wait_turn();
@@ -353,28 +289,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 // ---- Host side --------------------------------------------------------------------------------
 template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
-  constexpr int kHeadDim = T::kHeadDim;
-  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
-  auto* kernel = fma_exp2_kernel<Scheduler, T, kCausal>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(T::kSmemBytes)));
-  const auto& sh = args.shape;
-  const std::int64_t bh = std::int64_t(sh.batch) * sh.heads;
-  const hopper::ScheduleArgs sched{hopper::make_tile_list(bh, sh.seqlen, T::kBlockM), args.sm_count,
-                                   args.l2_bytes,
-                                   2 * std::size_t(sh.seqlen) * kHeadDim * sizeof(typename T::Element),
-                                   args.workspace, stream};
-  const int heads = sched.list.bh_count;
-  const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, heads, sh.seqlen, kHeadDim, T::kBlockM);
-  const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, heads, sh.seqlen, kHeadDim, T::kBlockN);
-  const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, heads, sh.seqlen, kHeadDim, T::kBlockN);
-  // O is stored by each consumer warpgroup: 64 rows, one 64-column block per copy.
-  const CUtensorMap tm_o = hopper::make_attention_tensor_map(a.o, heads, sh.seqlen, kHeadDim, 64, 1);
-  const int grid = Scheduler::grid_size(sched);
-  const typename Scheduler::Params params = Scheduler::make_params(sched);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, params, sh.seqlen,
-                                                       args.softmax_scale * ladder::kLog2e);
-  CUDA_CHECK_LAUNCH("fma_exp2_kernel");
+  hopper::launch_dense<Scheduler, T>(fma_exp2_kernel<Scheduler, T, kCausal>, "fma_exp2_kernel", args,
+                                     stream, args.shape.seqlen, args.softmax_scale * ladder::kLog2e);
 }
 
 // The snake over the causal tile list (step 21's main); the row walk without a mask.
