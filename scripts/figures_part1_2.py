@@ -205,8 +205,9 @@ def c_fragment_owner(row, col):
 
 def fig_fragment(out):
     rel = "steps/05_fa_v2_1/fa_v2_1.cu"
-    block_m = int(source_match(rel, r"kBlockM = (\d+);", "kBlockM").group(1))
-    warps = int(source_match(rel, r"kWarps = (\d+);", "kWarps").group(1))
+    shape = "common/device/mma_attention.cuh"  # the tile counts every mma.sync step's Config inherits
+    block_m = int(source_match(shape, r"kBlockM = (\d+);", "kBlockM").group(1))
+    warps = int(source_match(shape, r"kWarps = (\d+);", "kWarps").group(1))
     source_match(rel, r"make_variant<(\d+)>", "the Bc variants")
     bcs = sorted({int(x) for x in re.findall(r"make_variant<(\d+)>", source(rel))})
     fig = plt.figure(figsize=(13, 5.6))
@@ -271,7 +272,7 @@ def fig_fragment(out):
 # ---- step 06: reverse iteration and heaviest first ---------------------------------------------
 def fig_reverse(out):
     rel = "steps/06_fa_v2_2/fa_v2_2.cu"
-    block_m = int(source_match(rel, r"kBlockM = (\d+);", "kBlockM").group(1))
+    block_m = int(source_match("common/device/mma_attention.cuh", r"kBlockM = (\d+);", "kBlockM").group(1))
     m = source_match(rel, r"using BaseD128 = Config<128, (\d+), (\d+),", "BaseD128's tile")
     block_n, compute_n = int(m.group(1)), int(m.group(2))
     n = 1024
