@@ -265,6 +265,16 @@ void launch_convert(const BackwardArgs& a, const Workspace& ws, cudaStream_t str
   CUDA_CHECK_LAUNCH("backward_convert_dq_kernel");
 }
 
+// Opts a main kernel in to T::kSmemBytes of shared memory (all of them need more than the default
+// 48 KB) and launches grid CTAs of T::kThreads with `params`, checked under `name`.
+template <class T, class... KernelParams, class... Params>
+void launch_main(void (*kernel)(KernelParams...), const char* name, dim3 grid, cudaStream_t stream,
+                 const Params&... params) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(params...);
+  check_cuda(cudaGetLastError(), ("launch of " + std::string(name)).c_str(), __FILE__, __LINE__);
+}
+
 // A backward's three launches: the preprocess, main(ws) (the step's own kernel), the convert.
 template <class Dot, class DqLayout, class Element, int kHeadDim, class Main>
 void run(const BackwardArgs& a, cudaStream_t stream, int sems_per_head, Main&& main) {
@@ -288,35 +298,47 @@ void dispatch(const BackwardArgs& a, F&& body) {
   });
 }
 
-// What the backwards' variants share: D = 64 and 128, fp16 and bf16, and DqLayout's workspace with
-// sems_per_head(N) semaphores a head (none: a function returning 0).
-template <class DqLayout>
-Variant variant(std::string name, std::string description, BackwardLaunch launch, int (*sems_per_head)(int)) {
+// The kernel table at D = head_dim (64 or 128): rows.template operator()<Element, kHeadDim>(out,
+// type) for fp16 (type "") and bf16 (",bf16"), as the rows' names say. (A step's `rows` is a
+// lambda with a capture-default, [=], though it captures nothing: a captureless one would declare
+// a conversion to a function pointer whose template parameters nvcc warns are never deduced.)
+template <class F>
+std::vector<KernelInfo> kernel_table(int head_dim, const F& rows) {
+  std::vector<KernelInfo> out;
+  dispatch_head_dim<64, 128>(head_dim, [&]<int kHeadDim>() {
+    rows.template operator()<__half, kHeadDim>(out, "");
+    rows.template operator()<__nv_bfloat16, kHeadDim>(out, ",bf16");
+  });
+  return out;
+}
+
+// What the backwards' variants share: D = 64 and 128, fp16 and bf16, DqLayout's workspace with
+// sems_per_head(N) semaphores a head (none: a function returning 0), and kernel_table(rows).
+template <class DqLayout, class Rows>
+Variant variant(std::string name, std::string description, BackwardLaunch launch, int (*sems_per_head)(int),
+                Rows rows) {
   return backward_variant(std::move(name), std::move(description), std::move(launch))
       .for_head_dims({64, 128})
       .for_dtypes({DType::F16, DType::BF16})
       .with_workspace([sems_per_head](const AttentionShape& s) {
         return workspace_layout<DqLayout>(s, sems_per_head(s.seqlen)).total;
-      });
+      })
+      .with_kernels([rows](int head_dim) { return kernel_table(head_dim, rows); });
 }
 
-// add.template operator()<Element>(type) for fp16 (type "") and bf16 (",bf16").
-template <class F>
-void for_element_types(F&& add) {
-  add.template operator()<__half>("");
-  add.template operator()<__nv_bfloat16>(",bf16");
-}
-
-// A backward's rows of the kernel table for one element type: the preprocess, the main kernel
-// (one instantiation per mask) and the convert. `type`: "" or ",bf16", as the rows' names say.
-template <class Dot, class DqLayout, class Element, int kHeadDim, class Main>
+// A backward's rows of the kernel table for tile T's element type and head dimension: the
+// preprocess, the main kernel (one instantiation per mask; T::kThreads, T::kSmemBytes) and the
+// convert. `type`: "" or ",bf16", as the rows' names say.
+template <class Dot, class DqLayout, class T, class Main>
 void add_kernel_rows(std::vector<KernelInfo>& out, const char* type, const std::string& main_name,
-                     Main non_causal, Main causal, int threads, std::size_t smem) {
+                     Main non_causal, Main causal) {
+  using Element = typename T::Element;
+  constexpr int kHeadDim = T::kHeadDim;
   const std::size_t first = out.size();
   out.push_back(kernel(strprintf("backward_preprocess_kernel<D=%d%s>", kHeadDim, type),
                        backward_preprocess_kernel<Dot, DqLayout, Element, kHeadDim>, kPrepThreads));
-  out.push_back(kernel(main_name, non_causal, threads, smem).when_causal(false));
-  out.push_back(kernel(main_name + " causal", causal, threads, smem).when_causal(true));
+  out.push_back(kernel(main_name, non_causal, T::kThreads, T::kSmemBytes).when_causal(false));
+  out.push_back(kernel(main_name + " causal", causal, T::kThreads, T::kSmemBytes).when_causal(true));
   out.push_back(kernel(strprintf("backward_convert_dq_kernel<D=%d%s>", kHeadDim, type),
                        backward_convert_dq_kernel<DqLayout, Element, kHeadDim>, kPrepThreads));
   for (std::size_t i = first; i < out.size(); ++i) out[i].dtype = dtype_of<Element>();

@@ -1,32 +1,29 @@
 // Step 24 — FlashAttention-2's backward pass on mma.sync (sm_80 and later).
 //
-// Step 23 writes S, P, dP and dS to global memory: N² of each per head. FlashAttention-2's backward
-// never stores any of them. It keeps the forward's log-sum-exp (one float per query row), and from
-// it recomputes P exactly, block by block, with no second pass over the row:
+// Step 23 writes S, P, dP and dS to global memory, N² of each per head; FlashAttention-2's backward
+// stores none of them. From the forward's log-sum-exp (one float per query row) it recomputes P
+// exactly, block by block, with no second pass over the row:
 //
 //   P  = exp(S·scale − lse)            (S = Q Kᵀ; P is already normalized: lse holds the row sum)
 //   dP = dO Vᵀ
 //   dS = P ∘ (dP − D),  D_i = rowsum(dO_i ∘ O_i) = rowsum(P_i ∘ dP_i)   (the softmax's Jacobian)
 //   dV = Pᵀ dO,   dK = scale · dSᵀ Q,   dQ = scale · dS K
 //
-// Three kernels: a preprocess (D_i for every row, lse·log2(e), the fp32 dQ accumulator zeroed) and
-// a convert (dQ = scale · accumulator, in the element type), common/device/backward_prep.cuh's and
-// step 25's too, around this file's main kernel: one CTA per block of kBlockN keys. dK and dV of
-// its keys stay in registers (fp32 mma accumulators) while it walks over every block of kBlockM
-// queries that sees them; dQ of a query block gets a contribution from every key block, so each
-// CTA adds its share into the fp32 accumulator with atomics.
+// A preprocess (D_i of every row, lse·log2(e), the fp32 dQ accumulator zeroed) and a convert (dQ =
+// scale · accumulator, in the element type), step 25's too (common/device/backward_prep.cuh), run
+// around this file's kernel: one CTA per block of kBlockN keys, whose dK and dV stay in registers
+// (fp32 accumulators) while it walks every block of kBlockM queries that sees them. dQ of a query
+// block gets a share from every key block: each CTA adds its own into the accumulator atomically.
 //
-// The warps are laid out so that two of the five GEMMs need no shared memory for their A operand.
 // Each warp owns 16 keys and computes Sᵀ = K Qᵀ (keys as the M dimension) rather than S: its
-// accumulator then holds Pᵀ and dSᵀ with keys as rows, which is exactly the A operand of
-// dV += Pᵀ dO and dK += dSᵀ Q (the same C-to-A repacking as the forward's P V). Only dQ = dS K
-// needs all of the CTA's keys at once; dSᵀ goes through shared memory for it, and ldmatrix.trans
-// turns it back into dS. (FlashAttention-2 computes S with queries as rows and its dK/dV warps own
-// other tiles than its S warps, so P and dS both make the trip through shared memory there.)
+// accumulator then holds Pᵀ and dSᵀ with keys as rows, exactly the A operand of dV += Pᵀ dO and
+// dK += dSᵀ Q (the forward's C-to-A repacking of P V), so two of the five GEMMs take A from no
+// shared memory. Only dQ = dS K needs all of the CTA's keys at once: dSᵀ goes through shared memory,
+// and ldmatrix.trans turns it back into dS. (FlashAttention-2 sends both P and dS through it.)
 //
-// Variants: `atomic` (float atomics: the order of additions into dQ, and so its last bits, depend
-// on timing) and `deterministic` (the same kernel; each query block's dQ is added by the key
-// blocks in a fixed order, handed from one to the next by a semaphore; see dq_turn below).
+// Variants: `atomic` (float atomics: the order of dQ's additions, and so its last bits, depend on
+// timing) and `deterministic` (the same kernel; key blocks add a query block's dQ in a fixed order,
+// handed on by a semaphore; see dq_turn below).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -36,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "common/check.hpp"
 #include "common/device/backward_mma.cuh"
 #include "common/device/backward_prep.cuh"
 #include "common/device/mma_fragments.cuh"
@@ -52,15 +48,13 @@ using ladder::BackwardArgs;
 using ladder::ceil_div;
 using ladder::kLog2e;
 using ladder::mma_sync::at;
-using ladder::mma_sync::load_rows;
 namespace ptx = ladder::ptx;
 namespace frag = ladder::frag;
 namespace swz = ladder::swizzle;
 namespace bwd = ladder::bwd;
 namespace mma = ladder::mma_sync;
-// The workspace (backward_prep.cuh): dQ's fp32 accumulator laid out as dQ, [B·H][N][D]; lse·log2(e)
-// and D padded to whole blocks of kRowPad queries (+inf and 0 past N: loaded unchecked, padded rows
-// get P = 0); the deterministic kernel's semaphores, one per (head, block of kMinBlockM queries).
+// The workspace (backward_prep.cuh): dQ's fp32 accumulator, [B·H][N][D] like dQ; lse·log2(e) and D
+// padded to kRowPad rows with +inf and 0 (read unchecked: P = 0 there); a semaphore per kMinBlockM queries.
 using DqLayout = bwd::DqRowMajor;
 template <int kHeadDim>
 using RowDot = bwd::RowDot<kHeadDim / 8, false>;  // D_i: D/8 lanes a row, 16 bytes each
@@ -78,16 +72,14 @@ struct Tile {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kDeterministic = kDeterministic_;
-  // Queries per step of the main loop (Br): 128 at D = 64, as FlashAttention-2 takes there (half
-  // the steps, so half the barriers and prefetches per query, and dQ's K read once per 128
-  // queries), 64 at D = 128, where dQ's accumulators for 128 queries would not fit.
+  // Queries per step (Br): 128 at D = 64, as FlashAttention-2 (half the barriers and prefetches per
+  // query, dQ's K read once per 128 queries); 64 at D = 128, where 128 queries' dQ would not fit.
   static constexpr int kBlockM = kHeadDim_ == 64 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;  // one m16 tile of Sᵀ
-  // Sᵀ and dPᵀ are computed kSubM queries at a time, sub-blocks of the step, so that they take
-  // 2 × 16 fp32 beside dK and dV instead of 2 × 32 for a 64-query step (with a whole 64-query
-  // step at once, ptxas spilled at D = 128 and, causal, at D = 64).
+  // Sᵀ and dPᵀ are computed kSubM queries at a time: 2 × 16 fp32 beside dK and dV, not 2 × 32 for
+  // 64 queries (with those, ptxas spilled at D = 128 and, causal, at D = 64).
   static constexpr int kSubM = 32;
   static constexpr int kQTiles = kSubM / 8;              // n8 tiles of Sᵀ, dPᵀ (queries)
   static constexpr int kQSteps = kSubM / 16;             // k16 steps of dV, dK (queries)
@@ -95,9 +87,8 @@ struct Tile {
   // hoists the fragments of every step ahead of their mma and spills.
   static constexpr int kDUnroll = kHeadDim_ == 128 ? 2 : kHeadDim_ / 16;
   static constexpr int kDSteps = kHeadDim / 16;          // k16 steps of Sᵀ, dPᵀ (head dims)
-  // The warp's A fragments of K and V (its 16 keys × D) held in registers for the whole loop
-  // rather than read from shared memory again for each half of each step: 2 × kDSteps × 4
-  // registers, 32 at D = 64, which fit beside dK and dV; the 64 of D = 128 do not.
+  // The warp's A fragments of K and V (16 keys × D) in registers for the whole loop, not re-read
+  // from shared memory every sub-block: 2 × kDSteps × 4 registers: D = 64's 32 fit, D = 128's 64 do not.
   static constexpr bool kKVInRegisters = kHeadDim_ == 64;
   static constexpr int kKVFragSteps = kKVInRegisters ? kDSteps : 1;
   static constexpr int kDTiles = kHeadDim / 8;           // n8 tiles of dK, dV
@@ -111,9 +102,8 @@ struct Tile {
   static constexpr int kDqTiles = kDqCols / 8;
   static constexpr int kKeySteps = kBlockN / 16;         // k16 steps of dQ (keys)
 
-  // Shared memory (element tiles XOR-swizzled): K and V of the CTA (loaded once), Q and dO
-  // double-buffered, dSᵀ of one step; then lse·log2(e) and D of the step's queries (fp32, double
-  // buffered). 130 KB at D = 64, 145 KB at D = 128.
+  // Shared memory: K and V of the CTA (loaded once), Q and dO (double-buffered), one step's dSᵀ,
+  // all XOR-swizzled; lse·log2(e) and D of a step (fp32, double-buffered). 130 KB at D = 64, 145 at 128.
   static constexpr int kStages = 2;
   static constexpr int kKVElems = kBlockN * kHeadDim;
   static constexpr int kQElems = kBlockM * kHeadDim;
@@ -133,12 +123,10 @@ struct Tile {
 // lowest, seen by the most queries) are launched first.
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
-    fa2_bwd_kernel(const typename T::Element* __restrict__ q,
-                   const typename T::Element* __restrict__ k,
-                   const typename T::Element* __restrict__ v,
-                   const typename T::Element* __restrict__ d_o, typename T::Element* __restrict__ dk,
-                   typename T::Element* __restrict__ dv, const float* __restrict__ lse_log2,
-                   const float* __restrict__ delta, float* __restrict__ dq_accum,
+    fa2_bwd_kernel(const typename T::Element* __restrict__ q, const typename T::Element* __restrict__ k,
+                   const typename T::Element* __restrict__ v, const typename T::Element* __restrict__ d_o,
+                   typename T::Element* __restrict__ dk, typename T::Element* __restrict__ dv,
+                   const float* __restrict__ lse_log2, const float* __restrict__ delta, float* __restrict__ dq_accum,
                    int* __restrict__ dq_sem, int n, float scale_log2, float softmax_scale) {
   using E = typename T::Element;
   constexpr int kD = T::kHeadDim;
@@ -163,9 +151,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int m_blocks = ceil_div(n, kBlockM);
   const int n_pad = bwd::padded_rows(n);
   // Causal: query i sees keys j <= i, so the first query block with a query >= k0 is k0 / kBlockM.
-  // The loop walks the query blocks from the last down to that one (as FlashAttention-2 does):
-  // then every key block of a head reaches query block m at the same step of its loop, which is
-  // what lets the deterministic kernel add dQ in key-block order without waiting (dq_turn).
+  // The loop walks from the last query block down to that one, as FlashAttention-2 does: every key
+  // block of a head then reaches query block m at the same step, the order dq_turn builds on.
   const int m_first = kCausal ? k0 / kBlockM : 0;
   const int m_last = m_blocks - 1;
   const std::int64_t head = std::int64_t(bh) * n * kD;
@@ -175,19 +162,18 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // One query block's Q, dO, lse and D into `stage`. lse and D are padded: no bounds to check.
   auto load_query_block = [&](int m, int stage) {
     const int q0 = m * kBlockM;
-    load_rows<T, kBlockM>(s_q + stage * T::kQElems, q + head + std::int64_t(q0) * kD, n - q0, tid);
-    load_rows<T, kBlockM>(s_do + stage * T::kQElems, d_o + head + std::int64_t(q0) * kD, n - q0, tid);
+    mma::load_rows<T, kBlockM>(s_q + stage * T::kQElems, q + head + std::int64_t(q0) * kD, n - q0, tid);
+    mma::load_rows<T, kBlockM>(s_do + stage * T::kQElems, d_o + head + std::int64_t(q0) * kD, n - q0, tid);
     mma::load_floats2<kBlockM>(s_lse, s_delta, stage * kBlockM, lse_head, delta_head, q0, tid);
   };
 
   // Deterministic: the semaphore of query block `mb` (bwd::wait_turn, bwd::pass_turn; dq_turn below).
   [[maybe_unused]] auto sem_of = [&](int mb) { return dq_sem + std::int64_t(bh) * semaphores_per_head(n) + mb; };
 
-  // Prologue: the CTA's K and V (kept for the whole loop) and the first query block of the loop.
-  // K and V are one cp.async group and the first query block the next, so that K and V's
-  // fragments can be taken into registers while the query block is still in flight.
-  load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
-  load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
+  // Prologue: the CTA's K and V (kept for the whole loop) as one cp.async group, the loop's first
+  // query block as the next, so that K and V's fragments go into registers while it is in flight.
+  mma::load_rows<T, kBlockN>(s_k, k + head + std::int64_t(k0) * kD, n - k0, tid);
+  mma::load_rows<T, kBlockN>(s_v, v + head + std::int64_t(k0) * kD, n - k0, tid);
   ptx::cp_async_commit();
   load_query_block(m_last, 0);
   ptx::cp_async_commit();
@@ -270,18 +256,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // Element (c = 2h + e) of n8 tile ni is key key_w0 + g + 8h, query q0 + qs + 8ni + 2t + e,
         // so a lane needs lse and D of queries 8ni + 2t and + 1: one float2 each. P is final as
         // computed (lse already holds the row's sum): no max, no rescale, no normalization.
-        // Masked elements get P = 0 by assignment (rather than S = −inf first), so that an S far
-        // above its row's lse, whose exp2 is +inf, never reaches a product. Two masks: causal
-        // (key > query) on the diagonal, and keys at or past N in a ragged last key block (their
-        // K rows are zeros, so S = 0 and P = exp(−lse), finite for any sane lse, and their dS K
-        // adds 0 to dQ; masking makes that hold for any lse, where 0 · inf would be NaN). The
-        // causal mask covers those keys already (a key >= N is above every query < N), so each
-        // kernel has one mask. Queries past N need none: their lse is +inf, so P = 0.
+        // Masked elements get P = 0 by assignment (not S = −inf first): an S far above its row's
+        // lse, whose exp2 is +inf, never reaches a product. One mask per kernel: causal (key >
+        // query), or else keys at or past N in a ragged last key block (zero K rows: P = exp(−lse),
+        // and masking keeps 0 · inf = NaN out of dS K for any lse; causal, such a key is above
+        // every query < N already). Queries past N need none: their lse is +inf, so P = 0.
         const bool diagonal = kCausal && key_w0 + T::kKeysPerWarp - 1 > q0 + qs;
         const bool ragged = !kCausal && key_w0 + T::kKeysPerWarp > n;
-        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e, and
-        // key − N is key_minus_n + 8h: one register per mask (the causal comparison written out
-        // in full cost ptxas a spill at D = 128).
+        // key − query of element (h, e) of tile ni is key_minus_query + 8h − 8ni − e, key − N is
+        // key_minus_n + 8h: one register per mask (written out in full, a spill at D = 128).
         const int key_minus_query = key_w0 + g - (q0 + qs + 2 * t);
         const int key_minus_n = key_w0 + g - n;
 #pragma unroll
@@ -302,11 +285,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         }
 
         // ---- dV += Pᵀ dO, dK += dSᵀ Q: [16 keys × D], k = the step's queries ----
-        // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (the k16 step
-        // kk is n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile,
-        // ldmatrix.trans with the A map (as V in the forward's P V). The same rounded dSᵀ goes to
-        // shared memory for dQ; the swizzle makes these 4-byte stores conflict-free (rows g of
-        // one chunk land in 8 different bank groups).
+        // A: Pᵀ and dSᵀ straight from the accumulators, rounded to the element type (k16 step kk is
+        // n8 tiles 2kk and 2kk + 1). B[query][d] = dO[query][d]: a row-major [k][n] tile, ldmatrix.trans
+        // with the A map (as V in the forward's P V). The same rounded dSᵀ goes to shared memory for
+        // dQ, in 4-byte stores the swizzle keeps conflict-free (rows g of a chunk: 8 bank groups).
 #pragma unroll
         for (int kk = 0; kk < T::kQSteps; ++kk) {
           std::uint32_t a_p[4], a_ds[4];
@@ -352,18 +334,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // ---- dQ += this key block's share: fp32 atomics into the accumulator ----
     // The deterministic kernel takes its turn first: query block m gets its shares from key blocks
     // kb = 0, 1, 2, ... in that order, so every element of dQ is the same sequence of fp32 additions
-    // on every run (the atomics are then only a way to add in L2). The order follows the schedule:
-    // every key block of a head walks the query blocks from the last down, so all of them reach
-    // block m at the same step of their loops (causal: exactly kb = 0 .. the diagonal's see m), and
-    // kb runs one dQ phase behind kb − 1. (Walking up from its first query block, causal key block
-    // kb would reach m = 2kb when kb − 1 is two steps further on: the waits would chain along the
-    // diagonal.) A CTA waits only for lower key blocks of its head, launched before it and so
-    // running or done: with blocks dispatched in launch order, as the hardware does (FlashAttention-3's
-    // deterministic backward relies on it too), the waits cannot deadlock. Thread 0 waits and the
-    // barrier releases the CTA; the turn is passed on (bwd::pass_turn) after the next step's
-    // loop-top barrier, which every thread reaches after its atomics (the last step's: after the
-    // loop). The release's fence waits until the atomics are performed in L2: with a barrier of its
-    // own here the whole CTA would wait for it; this way only warp 0 does.
+    // on every run (the atomics only add in L2). All of a head's key blocks walk the query blocks
+    // from the last down, so they reach block m at the same step (causal: exactly kb = 0 .. the
+    // diagonal's see m), kb one dQ phase behind kb − 1 (walking up, the waits would chain along the
+    // diagonal). A CTA waits only for lower key blocks of its head, launched before it: with blocks
+    // dispatched in launch order, as the hardware does (FlashAttention-3 relies on it too), no
+    // deadlock. Thread 0 waits, the barrier releases the CTA; the turn is passed on after the next
+    // step's loop-top barrier, which every thread reaches after its atomics (the last step's: after
+    // the loop), so that only warp 0 waits for the release's fence (atomics performed in L2).
     [[maybe_unused]] const int dq_turn = kb;
     if constexpr (T::kDeterministic) {
       if (tid == 0) bwd::wait_turn(sem_of(m), dq_turn);
@@ -389,37 +367,25 @@ void launch(const BackwardArgs& a, cudaStream_t stream) {
     const auto x = a.as<E>();
     const int n = a.shape.seqlen;
     bwd::run<RowDot<kD>, DqLayout, E, kD>(a, stream, semaphores_per_head(n), [&](const bwd::Workspace& ws) {
-      auto* kernel = fa2_bwd_kernel<T, kCausal>;  // 130 or 145 KB of shared memory: it must opt in
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
-      kernel<<<dim3(ceil_div(n, kBlockN), a.shape.batch * a.shape.heads), T::kThreads, T::kSmemBytes, stream>>>(
-          x.q, x.k, x.v, x.d_o, x.dk, x.dv, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_sem, n,
-          a.softmax_scale * kLog2e, a.softmax_scale);
-      CUDA_CHECK_LAUNCH("fa2_bwd_kernel");
+      const dim3 grid(ceil_div(n, kBlockN), a.shape.batch * a.shape.heads);
+      bwd::launch_main<T>(fa2_bwd_kernel<T, kCausal>, "fa2_bwd_kernel", grid, stream, x.q, x.k, x.v, x.d_o, x.dk,
+                          x.dv, ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_sem, n, a.softmax_scale * kLog2e,
+                          a.softmax_scale);
     });
   });
 }
 
-template <int kHeadDim, bool kDeterministic>
-std::vector<ladder::KernelInfo> kernels() {
-  std::vector<ladder::KernelInfo> out;
-  bwd::for_element_types([&]<class E>(const char* type) {
-    using T = Tile<kHeadDim, E, kDeterministic>;
-    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kHeadDim, kBlockN,
-                                        T::kBlockM, type, kDeterministic ? ",ordered dQ" : "");
-    bwd::add_kernel_rows<RowDot<kHeadDim>, DqLayout, E, kHeadDim>(
-        out, type, main, fa2_bwd_kernel<T, false>, fa2_bwd_kernel<T, true>, T::kThreads, T::kSmemBytes);
-  });
-  return out;
-}
-
 template <bool kDeterministic>
 ladder::Variant make_variant(const char* name, const char* description) {
-  return bwd::variant<DqLayout>(name, description, launch<kDeterministic>, semaphores_per_head)
-      .needs_sm(80)  // cp.async, ldmatrix, mma.sync.m16n8k16 (.bf16 too)
-      .batch_heads_on_grid_yz()  // grid (key blocks, B·H)
-      .with_kernels([](int head_dim) {
-        return head_dim == 128 ? kernels<128, kDeterministic>() : kernels<64, kDeterministic>();
-      });
+  auto rows = [=]<class E, int kD>(std::vector<ladder::KernelInfo>& out, const char* type) {
+    using T = Tile<kD, E, kDeterministic>;
+    const auto main = ladder::strprintf("fa2_bwd_kernel<D=%d,Bc=%d,Br=%d%s%s>", kD, kBlockN, T::kBlockM, type,
+                                        kDeterministic ? ",ordered dQ" : "");
+    bwd::add_kernel_rows<RowDot<kD>, DqLayout, T>(out, type, main, fa2_bwd_kernel<T, false>, fa2_bwd_kernel<T, true>);
+  };
+  return bwd::variant<DqLayout>(name, description, launch<kDeterministic>, semaphores_per_head, rows)
+      .needs_sm(80)               // cp.async, ldmatrix, mma.sync.m16n8k16 (.bf16 too)
+      .batch_heads_on_grid_yz();  // grid (key blocks, B·H)
 }
 
 LADDER_REGISTER_STEP(

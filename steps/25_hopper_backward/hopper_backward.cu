@@ -331,45 +331,36 @@ void launch(const BackwardArgs& args, cudaStream_t stream) {
     const int n = args.shape.seqlen;
     const int heads = args.shape.batch * args.shape.heads;
     bwd::run<RowDot, DqLayout, Element, kHeadDim>(args, stream, 0, [&](const bwd::Workspace& ws) {
-      auto* kernel = hopper_backward_kernel<T, kCausal>;
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
       auto map = [&](const Element* x, int rows) {
         return hopper::make_attention_tensor_map(x, heads, n, kHeadDim, rows);
       };
       const unsigned key_blocks = unsigned(ceil_div(n, T::kBlockN));
       const dim3 grid = kHeadsOnY ? dim3(key_blocks, unsigned(heads)) : dim3(unsigned(heads), key_blocks);
-      kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(
-          map(a.q, T::kBlockM), map(a.k, T::kBlockN), map(a.v, T::kBlockN), map(a.d_o, T::kBlockM),
-          ws.lse_log2, ws.delta, ws.dq_accum, a.dk, a.dv, n, bwd::padded_rows(n),
-          args.softmax_scale * ladder::kLog2e, args.softmax_scale, kHeadsOnY);
-      CUDA_CHECK_LAUNCH("hopper_backward_kernel");
+      bwd::launch_main<T>(hopper_backward_kernel<T, kCausal>, "hopper_backward_kernel", grid, stream,
+                          map(a.q, T::kBlockM), map(a.k, T::kBlockN), map(a.v, T::kBlockN), map(a.d_o, T::kBlockM),
+                          ws.lse_log2, ws.delta, ws.dq_accum, a.dk, a.dv, n, bwd::padded_rows(n),
+                          args.softmax_scale * ladder::kLog2e, args.softmax_scale, kHeadsOnY);
     });
   });
 }
 
-template <int kConsumers, int kHeadDim, Probe kProbe>
-std::vector<ladder::KernelInfo> kernels() {
-  std::vector<ladder::KernelInfo> out;
-  bwd::for_element_types([&]<class Element>(const char* type) {
-    using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
-    const auto name = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
-                                        T::kBlockM, T::kStages, type, step25::probe_name(kProbe));
-    bwd::add_kernel_rows<RowDot, DqLayout, Element, kHeadDim>(out, type, name, hopper_backward_kernel<T, false>,
-                                                           hopper_backward_kernel<T, true>, T::kThreads, T::kSmemBytes);
-  });
-  return out;
-}
-
 template <int kConsumers, bool kHeadsOnY = false, Probe kProbe = Probe::kNone>
 ladder::Variant variant(const char* name, const char* description) {
-  auto v = bwd::variant<DqLayout>(name, description, launch<kConsumers, kHeadsOnY, kProbe>, [](int) { return 0; });
+  auto rows = [=]<class Element, int kHeadDim>(std::vector<ladder::KernelInfo>& out, const char* type) {
+    using T = TileOf<kHeadDim, Element, kConsumers, kProbe>;
+    const auto main = ladder::strprintf("hopper_backward_kernel<D=%d,%dx%d,%d stages%s%s>", kHeadDim, T::kBlockN,
+                                        T::kBlockM, T::kStages, type, step25::probe_name(kProbe));
+    bwd::add_kernel_rows<RowDot, DqLayout, T>(out, type, main, hopper_backward_kernel<T, false>,
+                                              hopper_backward_kernel<T, true>);
+  };
+  const auto no_semaphores = [](int) { return 0; };
+  auto v = bwd::variant<DqLayout>(name, description, launch<kConsumers, kHeadsOnY, kProbe>, no_semaphores, rows);
   // grid.y is the key blocks of a head, or (kHeadsOnY) the heads
   if (kHeadsOnY) v.batch_heads_on_grid_yz();
   else v.up_to_seqlen(std::int64_t(ladder::kMaxGridYZ) * 64 * kConsumers);
   return v.needs_sm(90)
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .nondeterministic()  // dQ: float adds from every key block, in no fixed order
-      .with_kernels([](int d) { return d == 128 ? kernels<kConsumers, 128, kProbe>() : kernels<kConsumers, 64, kProbe>(); });
+      .nondeterministic();  // dQ: float adds from every key block, in no fixed order
 }
 
 LADDER_REGISTER_STEP(
