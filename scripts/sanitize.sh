@@ -76,24 +76,26 @@ problems_of() {
     # blocks, W = 4. 25's dQ convert grid is capped at 16·3 CTAs by --grid-sms 3: a strided walk.
     6|16|17|18|24|25) echo "base --b 1 --heads 2 --n 563 --grid-sms 3" ;;
     # N = 777 = 6·128 + 9: 3-stage rings of 128 keys, 7 blocks per query block, W = 2 (19's
-    # 2-stage variants: W = 3). Persistent (20, 21, 26, 31-33, 35): 2 heads × 7 query blocks of 128
+    # 2-stage variants: W = 3). Persistent (20, 21, 31-33, 35): 2 heads × 7 query blocks of 128
     # rows = 14 tiles on 3 CTAs (5, 5, 4 tiles with a static walk; 21/dynamic's counter decides its
     # own): the K/V ring runs on across tiles (28 blocks per CTA unmasked, W >= 9; causal, 16 for
     # the lightest CTA, W = 5) and the Q/O buffer (one slot, a q_full phase per tile) W >= 3.
     19|20|21|31|32|33|35) echo "base --b 1 --heads 2 --n 777 --grid-sms 3" ;;
-    # 26 (GQA): the dense problem, and 4 query heads on 2 K/V heads (group 2): 28 tiles on 3 CTAs,
-    # 9 or 10 each, the ring W >= 20 (causal 11), Q/O W >= 8, the longest tile W = 2.
-    26) echo "base --b 1 --heads 2 --n 777 --grid-sms 3"
-        echo "serving --b 1 --heads 4 --kv-heads 2 --n 777 --grid-sms 3" ;;
+    # 26 (GQA): the dense problem, and 4 query heads on 2 K/V heads (group 2). N = 1050 = 8·128 + 26
+    # = 5·192 + 90: at D = 128 (tiles of 128 rows, 3 stages) 36 tiles on 3 CTAs, the longest tile
+    # W = 2; at D = 64 (step 22's tile: 192 rows, 4 stages) 24 tiles, 9 blocks each, W = 2; the ring
+    # over a CTA's tiles and the Q/O buffer wrap many times more.
+    26) echo "base --b 1 --heads 2 --n 1050 --grid-sms 3"
+        echo "serving --b 1 --heads 4 --kv-heads 2 --n 1050 --grid-sms 3" ;;
     # N = 1050 = 8·128 + 26 = 5·192 + 90: 22 and 34's rings of 4 stages (22's second variant: 3)
     # of 128 keys, 9 blocks per query block of 192 rows, W = 2; 2 heads × 6 tiles on 3 CTAs, 4
     # each: Q/O W = 3, the ring over a CTA's tiles W >= 8 (causal 4; 3 stages: 11, causal 6).
     # D = 128 is refused (three consumers' O accumulators do not fit): those rows are skipped.
     22|34) echo "base --b 1 --heads 2 --n 1050 --grid-sms 3" ;;
-    # 27 (varlen only): lengths 1, 113, 777, 64, 300 (13 query blocks of 128 per head), MHA and 4
-    # query heads on 2 K/V heads: 52 tiles on 3 CTAs, 17 or 18 each (Q/O W >= 16); the 777-token
-    # sequence walks 7 blocks of the 3-stage ring, W = 2.
-    27) echo "serving --heads 4 --kv-heads 0,2 --varlen 1,113,777,64,300 --grid-sms 3" ;;
+    # 27 (varlen only): lengths 1, 113, 1050, 64, 300, MHA and 4 query heads on 2 K/V heads: at
+    # D = 128, 13 query blocks of 128 per head, 52 tiles on 3 CTAs (Q/O W >= 16), the 1050-token
+    # sequence 9 blocks of the 3-stage ring, W = 2; at D = 64, blocks of 192 rows, 4 stages, W = 2.
+    27) echo "serving --heads 4 --kv-heads 0,2 --varlen 1,113,1050,64,300 --grid-sms 3" ;;
     # 28 (decode) and 29 (paged): 7 queries × a group of 4 = 28 packed rows, 2 row blocks × B·Hkv =
     # 8 CTAs per split; on 3 SMs (2 CTAs each) the split rule picks 3 splits of the 136 tiles of 16
     # keys (2169 = 135·16 + 9): 46, 46, 44 tiles, 11 or 12 per warp. Each warp's cp.async ring: 5

@@ -1,9 +1,16 @@
-// Step 26 — GQA prefill: fewer K/V heads than Q heads, in step 21's kernel.
+// Step 26 — GQA prefill: fewer K/V heads than Q heads, in the top forward kernel.
 //
 // With grouped-query attention Hq query heads share Hkv K/V heads: query head h (of batch b) reads
 // K/V head h / G, G = Hq / Hkv, and K, V are [B, Hkv, N, D]. The kernel changes in one place —
-// the coordinate of the K/V copies is the tile's head divided by G — because the tile's head
-// index is b·Hq + h and (b·Hq + h) / G = b·Hkv + h / G: the batch comes along for free.
+// the coordinate of the K/V copies is the tile's head divided by G (the skeleton's GroupedRows
+// addressing, persistent.cuh) — because the tile's head index is b·Hq + h and
+// (b·Hq + h) / G = b·Hkv + h / G: the batch comes along for free.
+//
+// The kernel is the top dense forward at each head dim: step 22's round-robin consumer loop,
+// templated on the number of consumer warpgroups. At D = 64 it is step 22's tile (three
+// consumers, 192 rows, setmaxnreg 32/160, a 4-stage ring); at D = 128, where three consumers' O
+// accumulators do not fit, step 21's (two consumers, 128 rows, 24/240, 3 stages), whose round
+// robin is the ping-pong: the next of consumer c is (c + 1) % 2 = c ^ 1.
 //
 // K and V shrink by G, but prefill is bound by the tensor cores, not by those bytes: the FLOPs
 // are the same as the dense problem's, and GQA should cost nothing — as long as the G heads that
@@ -26,19 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "common/check.hpp"
-#include "common/device/hopper/arch.cuh"
-#include "common/device/hopper/attention.cuh"
-#include "common/device/hopper/barriers.cuh"
-#include "common/device/hopper/gemm.cuh"
-#include "common/device/hopper/mbarrier.cuh"
-#include "common/device/hopper/pipeline.cuh"
-#include "common/device/hopper/shared_storage.cuh"
-#include "common/device/hopper/smem.cuh"
-#include "common/device/hopper/tile_scheduler.cuh"
-#include "common/device/hopper/tma.cuh"
-#include "common/device/hopper/wgmma.cuh"
-#include "common/device/ptx.cuh"
+#include "common/device/hopper/hopper.cuh"
 #include "common/dispatch.hpp"
 #include "common/math.hpp"
 #include "common/registry.hpp"
@@ -47,50 +42,39 @@
 namespace {
 
 using ladder::AttentionArgs;
-using ladder::ceil_div;
 namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
-constexpr int kWarpgroupThreads = 128;
+using hopper::kWarpgroupThreads;
 
+// The tile of the top forward at each head dim: D = 64 step 22's, D = 128 step 21's.
 template <int kHeadDim_, class Element_>
 struct Tile {
   using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumers = 2;  // consumer warpgroups
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;  // consumer warpgroups
   static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // + the producer
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
-  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
+  // The register file split between the roles (setmaxnreg): all 65,536 registers are handed out.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile: 192 or 128
   static constexpr int kBlockN = 128;              // keys per K/V block
-  static constexpr int kStages = 3;                // K/V ring depth
+  static constexpr int kStages = kConsumers == 3 ? 4 : 3;  // K/V ring depth
+  // At 160 registers a consumer, addresses that ptxas would hoist out of the loops and keep live
+  // are spilled: opaque copies keep their computation where they are used (issue_s, the epilogue).
+  static constexpr bool kOpaqueAddresses = kConsumers == 3;
   using Storage = hopper::AttentionStorage<Element, kHeadDim, kBlockM, kBlockN, kStages>;
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
-  static_assert(kBlockM % kBlockN == 0);
+  // 192 rows are not a multiple of 128 keys: nothing below assumes it (the causal bounds are
+  // computed per tile and per warpgroup).
+  static_assert(kConsumers <= hopper::kMaxConsumers);
   static_assert(kProducerRegisters * kWarpgroupThreads +
                     kConsumerRegisters * kConsumers * kWarpgroupThreads <= 65536);
+  static_assert(kSmemBytes <= 232448, "more shared memory than a block may opt in to");
 };
-
-// A tile's query rows and its K/V blocks, processed from the last block to the first.
-struct Span {
-  int q_start;   // first query row
-  int n_blocks;  // K/V blocks to visit
-  int n_masked;  // of which the first n_masked (in processing order) may need a mask
-};
-template <class T, bool kCausal>
-__device__ __forceinline__ Span span_of(const hopper::WorkTile& w, int n) {
-  Span s;
-  s.q_start = w.m_block * T::kBlockM;
-  const int kv_end = kCausal ? min(n, s.q_start + T::kBlockM) : n;
-  s.n_blocks = ceil_div(kv_end, T::kBlockN);
-  // Blocks [0, n_full) need no mask (they end before N and, causal, before the tile's first row).
-  const int n_full = kCausal ? min(n / T::kBlockN, s.q_start / T::kBlockN) : n / T::kBlockN;
-  s.n_masked = s.n_blocks - n_full;
-  return s;
-}
 
 // ---- The kernel -------------------------------------------------------------------------------
-// grid: Scheduler::grid_size (about one CTA per SM); 1 producer + 2 consumer warpgroups.
+// grid: Scheduler::grid_size (about one CTA per SM); 1 producer + T::kConsumers warpgroups.
 template <class Scheduler, class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     persistent_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -110,7 +94,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int consumer = warpgroup - 1;  // 0, 1 in the consumer warpgroups
+  const int consumer = warpgroup - 1;  // 0 .. kConsumers - 1 in the consumer warpgroups
 
   // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
   // other threads and to the copy engine before anyone uses them.
@@ -127,41 +111,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if (warpgroup == 0) {
     // ---- Producer ----
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
-    if (tid == 0) {
-      int it = 0;     // ring position: the CTA's it-th K/V block
-      int local = 0;  // the CTA's tile count: the phase of q_full and q_empty
-      for (hopper::WorkTile w = scheduler.producer_first(); w.valid; w = scheduler.producer_next(), ++local) {
-        const Span sp = span_of<T, kCausal>(w, n);
-        const int kv_bh = w.bh / group;  // b·Hq + h -> b·Hkv + h / G
-        auto load_kv = [&](int i) {
-          hopper::load_kv_block(st, it++, &tm_k, &tm_v, (sp.n_blocks - 1 - i) * T::kBlockN, kv_bh);
-        };
-        // The tile's first blocks go into the ring as soon as the previous tile frees stages,
-        // before Q, whose buffer frees only after the previous tile's epilogue: the loads of the
-        // next tile overlap the end of this one.
-        const int ahead = min(T::kStages, sp.n_blocks);
-        int i = 0;
-        for (; i < ahead; ++i) load_kv(i);
-        hopper::mbarrier_wait(&st.q_empty, (local & 1) ^ 1);
-        scheduler.publish();
-        hopper::mbarrier_arrive_expect_tx(&st.q_full, T::Storage::kQBytes);
-        hopper::tma_load_tile(st.q, &tm_q, &st.q_full, sp.q_start, w.bh);
-        scheduler.prefetch_next();
-        for (; i < sp.n_blocks; ++i) load_kv(i);
-      }
-      scheduler.producer_done(local);
-    }
+    // The tile loop of every persistent step (persistent.cuh): K/V blocks ahead of Q, the ring
+    // and the tile count running across the CTA's tiles.
+    if (tid == 0) hopper::produce_tiles<T, kCausal>(st, scheduler, &tm_q, &tm_k, &tm_v, hopper::GroupedRows{n, group});
     return;  // nothing after the split waits for the producer's threads
   }
 
   // ---- Consumers ----
   hopper::setmaxnreg_inc<T::kConsumerRegisters>();
 
-  // Ping-pong turns: turn_barrier(c) is "consumer c may issue its GEMMs" (barriers.cuh).
+  // Round-robin turns: turn_barrier(c) is "consumer c may issue its GEMMs" (barriers.cuh); its
+  // 256 threads are consumer c (bar.sync) and consumer c − 1 (bar.arrive, once its own GEMMs are
+  // issued). Each barrier has one waiter and one arriver, so an arrival can never be counted for
+  // the wrong turn: c − 1 arrives again only after taking another turn, which needs c to have passed.
   constexpr int kTurnThreads = 2 * kWarpgroupThreads;
+  constexpr int kLast = T::kConsumers - 1;
   auto wait_turn = [&] { hopper::named_barrier_sync<kTurnThreads>(hopper::turn_barrier(consumer)); };
-  auto pass_turn = [&] { hopper::named_barrier_arrive<kTurnThreads>(hopper::turn_barrier(consumer ^ 1)); };
-  if (consumer == 1) pass_turn();  // consumer 0 issues first
+  auto pass_turn = [&] {  // to the next consumer in the round: c + 1, and 0 after the last
+    hopper::named_barrier_arrive<kTurnThreads>(
+        hopper::turn_barrier(hopper::next_consumer<T::kConsumers>(consumer)));
+  };
+  if (consumer == kLast) pass_turn();  // consumer 0 issues first
 
   // Descriptor bases: this warpgroup's 64 rows of each column block of Q; K and V at stage 0
   // (a stage is kKVBytes further on).
@@ -180,7 +150,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float rescale[2];
 
   auto issue_s = [&](int stage) {
-    hopper::issue_qk<T::kHeadDim, T::kBlockM, Element>(s, q_addr, k_addr + stage * T::Storage::kKVBytes);
+    // At 160 registers every one counts: left alone, ptxas keeps the four Q descriptors of the
+    // loop (one per k16 step) in registers for the consumer's whole life and spills other
+    // values; an opaque copy of the base makes it recompute them here, four integer adds per
+    // block.
+    std::uint32_t q_base = q_addr;
+    if constexpr (T::kOpaqueAddresses) asm volatile("" : "+r"(q_base));
+    hopper::issue_qk<T::kHeadDim, T::kBlockM, Element>(s, q_base, k_addr + stage * T::Storage::kKVBytes);
   };
   auto issue_pv = [&](int stage) {
     hopper::issue_pv<T::kBlockN, Element>(acc_o, p, v_addr + stage * T::Storage::kKVBytes);
@@ -188,7 +164,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   int it = 0;  // ring position, as in the producer
   for (hopper::WorkTile w = scheduler.consumer_first(); w.valid; w = scheduler.consumer_next()) {
-    const Span sp = span_of<T, kCausal>(w, n);
+    const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
     const int row0 = sp.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
     for (int i = 0; i < T::kHeadDim / 2; ++i) acc_o[i] = 0.f;
@@ -245,37 +221,27 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (; i < sp.n_masked; ++i) iteration(i, std::true_type{});
     for (; i < sp.n_blocks; ++i) iteration(i, std::false_type{});
 
-    // The last P·V. The last turn of the CTA's last tile passes nothing from consumer 1:
-    // consumer 0 has no turn left to take (within the CTA's life the turns simply alternate).
-    // A scheduler that cannot know whether a tile follows has consumer 1 pass anyway, and
-    // consumer 0 takes that turn after the loop.
+    // The last P·V. The last turn of the CTA's last tile passes nothing from the last consumer:
+    // consumer 0 has no turn left to take (within the CTA's life the turns go round in order,
+    // every consumer taking n_blocks + 1 of them per tile). A scheduler that cannot know whether
+    // a tile follows has the last consumer pass anyway, and consumer 0 takes that turn after the loop.
     const int last_stage = hopper::ring_stage<T::kStages>(it + sp.n_blocks - 1);
     wait_turn();
     hopper::wgmma_fence();
     issue_pv(last_stage);
     hopper::wgmma_commit();
-    if (consumer == 0 || scheduler.may_have_next()) pass_turn();
+    if (hopper::passes_final_turn<T::kConsumers>(consumer) || scheduler.may_have_next()) pass_turn();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_o);
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
-    // Epilogue: O / l into this warpgroup's own 64 rows of the Q buffer (its last S product,
-    // the only reader of those rows, has completed), fenced into the async proxy, then one
-    // thread stores them with the copy engine once the warpgroup's writes are all done.
-    hopper::finalize_rows<T::kHeadDim>(acc_o, row_sum);
-    hopper::stage_o_rows<T::kHeadDim, T::kBlockM>(acc_o, st.q, local_row0, t);
-    hopper::fence_proxy_async_smem();
-    hopper::named_barrier_sync<kWarpgroupThreads>(hopper::epilogue_barrier(consumer));
-    if (store_thread) {
-#pragma unroll
-      for (int cb = 0; cb < T::kHeadDim / 64; ++cb)
-        hopper::tma_store_tile(&tm_o, st.q + cb * T::kBlockM * 64 + consumer * 64 * 64,
-                               sp.q_start + consumer * 64, cb, w.bh);
-      hopper::tma_store_commit();
-      hopper::tma_store_wait_read();  // the engine has read the rows: the buffer is free
-      hopper::mbarrier_arrive(&st.q_empty);
-    }
+    // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
+    // thread's TMA store, then q_empty. At 160 registers the staging base and row pass through
+    // opaque copies, as issue_s's Q base does, or ptxas hoists the 16 staging addresses out of
+    // the tile loop and keeps them live (spilled).
+    hopper::store_o_tile<T, T::kOpaqueAddresses>(st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread,
+                                                 sp.q_start, w.bh);
   }
   if constexpr (!Scheduler::kKnowsLast) {
     if (consumer == 0) wait_turn();
@@ -289,31 +255,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 // ---- Host side --------------------------------------------------------------------------------
 template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
-  constexpr int kHeadDim = T::kHeadDim;
-  const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
-  auto* kernel = persistent_kernel<Scheduler, T, kCausal>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(T::kSmemBytes)));
-  const auto& sh = args.shape;
-  const std::int64_t bh = std::int64_t(sh.batch) * sh.heads;
-  hopper::TileList list = hopper::make_tile_list(bh, sh.seqlen, T::kBlockM);
-  list.group = sh.group();
-  const hopper::ScheduleArgs sched{list, args.sm_count,
-                                   args.l2_bytes,
-                                   2 * std::size_t(sh.seqlen) * kHeadDim * sizeof(typename T::Element),
-                                   args.workspace, stream};
-  const int heads = sched.list.bh_count;
-  const CUtensorMap tm_q = hopper::make_attention_tensor_map(a.q, heads, sh.seqlen, kHeadDim, T::kBlockM);
-  const int kv_heads = sh.batch * sh.hkv();  // K and V: [B, Hkv, N, D]
-  const CUtensorMap tm_k = hopper::make_attention_tensor_map(a.k, kv_heads, sh.seqlen, kHeadDim, T::kBlockN);
-  const CUtensorMap tm_v = hopper::make_attention_tensor_map(a.v, kv_heads, sh.seqlen, kHeadDim, T::kBlockN);
-  // O is stored by each consumer warpgroup: 64 rows, one 64-column block per copy.
-  const CUtensorMap tm_o = hopper::make_attention_tensor_map(a.o, heads, sh.seqlen, kHeadDim, 64, 1);
-  const int grid = Scheduler::grid_size(sched);
-  const typename Scheduler::Params params = Scheduler::make_params(sched);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, params, sh.seqlen,
-                                                       sh.group(), args.softmax_scale * ladder::kLog2e);
-  CUDA_CHECK_LAUNCH("persistent_kernel");
+  hopper::launch_dense<Scheduler, T, true>(persistent_kernel<Scheduler, T, kCausal>, "persistent_kernel", args, stream,
+                                           args.shape.seqlen, args.shape.group(), args.softmax_scale * ladder::kLog2e);
 }
 
 // Causal: step 21's snake for both variants; the variants differ in the unmasked walk.
@@ -374,9 +317,9 @@ std::optional<std::string> head_major_duplicate(const ladder::AttentionShape& s)
 std::optional<std::string> no_duplicate(const ladder::AttentionShape&) { return std::nullopt; }
 
 LADDER_REGISTER_STEP(
-    ladder::attention_step(26, "gqa_prefill", "GQA prefill: a group of Q heads reads one K/V head; the tile order keeps the group together", "21/snake")
-        .add(variant<hopper::GroupWalk>("group_order", "group", "21/snake reading K/V head h / G; unmasked, the group's heads innermost in the tile list", no_duplicate))
-        .add(variant<hopper::RowWalk<false>>("head_major", "rows", "21/snake reading K/V head h / G; unmasked, step 21's head-major row walk", head_major_duplicate)
+    ladder::attention_step(26, "gqa_prefill", "GQA prefill: a group of Q heads reads one K/V head; the tile order keeps the group together", "22/three_consumers")
+        .add(variant<hopper::GroupWalk>("group_order", "group", "the top forward (D=64: 22/three_consumers' 192x128 tile, 3 consumers, setmaxnreg 32/160, 4 stages; D=128: 21/snake's 128x128 ping-pong, 24/240, 3 stages) reading K/V head h / G; unmasked, the group's heads innermost in the tile list", no_duplicate))
+        .add(variant<hopper::RowWalk<false>>("head_major", "rows", "the same kernels reading K/V head h / G; unmasked, step 21's head-major row walk", head_major_duplicate)
                  .compared_with("26/group_order"))
         .main_is("group_order"));
 

@@ -2,12 +2,15 @@
 //
 // Serving batches prompts of different lengths without padding them: Q and O are [total_q, H, D],
 // K and V [total_k, Hkv, D], sequence b's tokens are rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1
-// (FlashAttention's varlen layout). Three things change from step 26:
+// (FlashAttention's varlen layout). The kernel is step 26's at each head dim (three consumers and
+// 192 rows at D = 64, two and 128 rows at D = 128); the rows it reads are the skeleton's
+// VarlenRows addressing (persistent.cuh). Three things change from step 26:
 //
 //   * the tile list (common/device/hopper/varlen_scheduler.cuh): Σ_b ceil(Nq_b / kBlockM) · H
-//     tiles, none of padding, longest processing time first (longest_first, main) or in the
-//     batch's order (in_order, the ablation); a tile names (sequence, head, query block) and the
-//     kernel takes the sequence's first token and length from cu_seqlens;
+//     tiles (kBlockM the tile's rows), none of padding, longest processing time first
+//     (longest_first, main) or in the batch's order (in_order, the ablation); a tile names
+//     (sequence, head, query block) and the kernel takes the sequence's first token and length
+//     from cu_seqlens;
 //   * the tensor maps (tma.cuh, make_varlen_tensor_map): the token is the row dimension with a
 //     stride of H·D elements, the head the outer one, so a box is still one head's tile;
 //   * the hazards of a packed layout. The box of a tile that crosses its sequence's end holds the
@@ -33,19 +36,7 @@
 #include <vector>
 
 #include "common/check.hpp"
-#include "common/device/hopper/arch.cuh"
-#include "common/device/hopper/attention.cuh"
-#include "common/device/hopper/barriers.cuh"
-#include "common/device/hopper/gemm.cuh"
-#include "common/device/hopper/mbarrier.cuh"
-#include "common/device/hopper/pipeline.cuh"
-#include "common/device/hopper/shared_storage.cuh"
-#include "common/device/hopper/smem.cuh"
-#include "common/device/hopper/tile_scheduler.cuh"
-#include "common/device/hopper/tma.cuh"
-#include "common/device/hopper/varlen_scheduler.cuh"
-#include "common/device/hopper/wgmma.cuh"
-#include "common/device/ptx.cuh"
+#include "common/device/hopper/hopper.cuh"
 #include "common/dispatch.hpp"
 #include "common/math.hpp"
 #include "common/registry.hpp"
@@ -58,59 +49,36 @@ using ladder::ceil_div;
 namespace hopper = ladder::hopper;
 namespace ptx = ladder::ptx;
 
-constexpr int kWarpgroupThreads = 128;
+using hopper::kWarpgroupThreads;
 
+// Step 26's tile per head dim: D = 64 step 22's, D = 128 step 21's.
 template <int kHeadDim_, class Element_>
 struct Tile {
   using Element = Element_;  // __half or __nv_bfloat16
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumers = 2;  // consumer warpgroups
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;  // consumer warpgroups
   static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;  // + the producer
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
-  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
+  // The register file split between the roles (setmaxnreg): all 65,536 registers are handed out.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile: 192 or 128
   static constexpr int kBlockN = 128;              // keys per K/V block
-  static constexpr int kStages = 3;                // K/V ring depth
+  static constexpr int kStages = kConsumers == 3 ? 4 : 3;  // K/V ring depth
+  // At 160 registers a consumer, addresses that ptxas would hoist out of the loops and keep live
+  // are spilled: opaque copies keep their computation where they are used (issue_s, the epilogue).
+  static constexpr bool kOpaqueAddresses = kConsumers == 3;
   using Storage = hopper::AttentionStorage<Element, kHeadDim, kBlockM, kBlockN, kStages>;
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
-  static_assert(kBlockM % kBlockN == 0);
+  // 192 rows are not a multiple of 128 keys: nothing below assumes it (the causal bounds are
+  // computed per tile and per warpgroup).
+  static_assert(kConsumers <= hopper::kMaxConsumers);
   static_assert(kProducerRegisters * kWarpgroupThreads +
                     kConsumerRegisters * kConsumers * kWarpgroupThreads <= 65536);
+  static_assert(kSmemBytes <= 232448, "more shared memory than a block may opt in to");
 };
-
-// A tile's query rows and its K/V blocks, processed from the last block to the first.
-struct Span {
-  int q_start;   // first query row
-  int n_blocks;  // K/V blocks to visit
-  int n_masked;  // of which the first n_masked (in processing order) may need a mask
-};
-template <class T, bool kCausal>
-__device__ __forceinline__ Span span_of(const hopper::VarlenTile& w, int n) {
-  Span s;
-  s.q_start = w.m_block * T::kBlockM;
-  const int kv_end = kCausal ? min(n, s.q_start + T::kBlockM) : n;
-  s.n_blocks = ceil_div(kv_end, T::kBlockN);
-  // Blocks [0, n_full) need no mask (they end before N and, causal, before the tile's first row).
-  const int n_full = kCausal ? min(n / T::kBlockN, s.q_start / T::kBlockN) : n / T::kBlockN;
-  s.n_masked = s.n_blocks - n_full;
-  return s;
-}
-
-#if LADDER_SM90A  // only the sm_90a kernel body uses it (elsewhere the kernel is a trapping stub)
-// A sequence's place in the packed tensors, from cu_seqlens.
-struct Sequence {
-  int q0, n_q;  // first query token, queries
-  int k0, n_k;  // first key token, keys
-};
-__device__ __forceinline__ Sequence sequence_of(const hopper::VarlenTile& w, const int* cu_q, const int* cu_k) {
-  const int q0 = cu_q[w.b];
-  const int k0 = cu_k[w.b];
-  return {q0, cu_q[w.b + 1] - q0, k0, cu_k[w.b + 1] - k0};
-}
-#endif
 
 // ---- The kernel -------------------------------------------------------------------------------
-// grid: min(tiles, SMs), one CTA per SM; 1 producer + 2 consumer warpgroups.
+// grid: min(tiles, SMs), one CTA per SM; 1 producer + T::kConsumers warpgroups.
 template <class Scheduler, class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     persistent_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -131,7 +99,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int consumer = warpgroup - 1;  // 0, 1 in the consumer warpgroups
+  const int consumer = warpgroup - 1;  // 0 .. kConsumers - 1 in the consumer warpgroups
 
   // One thread sets up the barriers; the fence and the __syncthreads make them visible to the
   // other threads and to the copy engine before anyone uses them.
@@ -148,42 +116,25 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   if (warpgroup == 0) {
     // ---- Producer ----
     hopper::setmaxnreg_dec<T::kProducerRegisters>();
-    if (tid == 0) {
-      int it = 0;     // ring position: the CTA's it-th K/V block
-      int local = 0;  // the CTA's tile count: the phase of q_full and q_empty
-      for (hopper::VarlenTile w = scheduler.producer_first(); w.valid; w = scheduler.producer_next(), ++local) {
-        const Sequence seq = sequence_of(w, cu_q, cu_k);
-        const Span sp = span_of<T, kCausal>(w, seq.n_k);
-        const int kv_head = w.head / group;
-        auto load_kv = [&](int i) {
-          hopper::load_kv_block(st, it++, &tm_k, &tm_v, seq.k0 + (sp.n_blocks - 1 - i) * T::kBlockN, kv_head);
-        };
-        // The tile's first blocks go into the ring as soon as the previous tile frees stages,
-        // before Q, whose buffer frees only after the previous tile's epilogue: the loads of the
-        // next tile overlap the end of this one.
-        const int ahead = min(T::kStages, sp.n_blocks);
-        int i = 0;
-        for (; i < ahead; ++i) load_kv(i);
-        hopper::mbarrier_wait(&st.q_empty, (local & 1) ^ 1);
-        scheduler.publish();
-        hopper::mbarrier_arrive_expect_tx(&st.q_full, T::Storage::kQBytes);
-        hopper::tma_load_tile(st.q, &tm_q, &st.q_full, seq.q0 + sp.q_start, w.head);
-        scheduler.prefetch_next();
-        for (; i < sp.n_blocks; ++i) load_kv(i);
-      }
-      scheduler.producer_done(local);
-    }
+    if (tid == 0) hopper::produce_tiles<T, kCausal>(st, scheduler, &tm_q, &tm_k, &tm_v, hopper::VarlenRows{cu_q, cu_k, group});
     return;  // nothing after the split waits for the producer's threads
   }
 
   // ---- Consumers ----
   hopper::setmaxnreg_inc<T::kConsumerRegisters>();
 
-  // Ping-pong turns: turn_barrier(c) is "consumer c may issue its GEMMs" (barriers.cuh).
+  // Round-robin turns: turn_barrier(c) is "consumer c may issue its GEMMs" (barriers.cuh); its
+  // 256 threads are consumer c (bar.sync) and consumer c − 1 (bar.arrive, once its own GEMMs are
+  // issued). Each barrier has one waiter and one arriver, so an arrival can never be counted for
+  // the wrong turn: c − 1 arrives again only after taking another turn, which needs c to have passed.
   constexpr int kTurnThreads = 2 * kWarpgroupThreads;
+  constexpr int kLast = T::kConsumers - 1;
   auto wait_turn = [&] { hopper::named_barrier_sync<kTurnThreads>(hopper::turn_barrier(consumer)); };
-  auto pass_turn = [&] { hopper::named_barrier_arrive<kTurnThreads>(hopper::turn_barrier(consumer ^ 1)); };
-  if (consumer == 1) pass_turn();  // consumer 0 issues first
+  auto pass_turn = [&] {  // to the next consumer in the round: c + 1, and 0 after the last
+    hopper::named_barrier_arrive<kTurnThreads>(
+        hopper::turn_barrier(hopper::next_consumer<T::kConsumers>(consumer)));
+  };
+  if (consumer == kLast) pass_turn();  // consumer 0 issues first
 
   // Descriptor bases: this warpgroup's 64 rows of each column block of Q; K and V at stage 0
   // (a stage is kKVBytes further on).
@@ -202,7 +153,13 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float rescale[2];
 
   auto issue_s = [&](int stage) {
-    hopper::issue_qk<T::kHeadDim, T::kBlockM, Element>(s, q_addr, k_addr + stage * T::Storage::kKVBytes);
+    // At 160 registers every one counts: left alone, ptxas keeps the four Q descriptors of the
+    // loop (one per k16 step) in registers for the consumer's whole life and spills other
+    // values; an opaque copy of the base makes it recompute them here, four integer adds per
+    // block.
+    std::uint32_t q_base = q_addr;
+    if constexpr (T::kOpaqueAddresses) asm volatile("" : "+r"(q_base));
+    hopper::issue_qk<T::kHeadDim, T::kBlockM, Element>(s, q_base, k_addr + stage * T::Storage::kKVBytes);
   };
   auto issue_pv = [&](int stage) {
     hopper::issue_pv<T::kBlockN, Element>(acc_o, p, v_addr + stage * T::Storage::kKVBytes);
@@ -210,9 +167,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   int it = 0;  // ring position, as in the producer
   for (hopper::VarlenTile w = scheduler.consumer_first(); w.valid; w = scheduler.consumer_next()) {
-    const Sequence seq = sequence_of(w, cu_q, cu_k);
-    const int n = seq.n_k;  // keys past it (the next sequence's, or zeros) are masked
-    const Span sp = span_of<T, kCausal>(w, n);
+    const hopper::SequenceRows seq = hopper::VarlenRows{cu_q, cu_k, group}(w);
+    const int n = seq.n;  // keys past it (the next sequence's, or zeros) are masked
+    const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
     const int row0 = sp.q_start + local_row0;  // this thread's rows: row0, row0 + 8
 #pragma unroll
     for (int i = 0; i < T::kHeadDim / 2; ++i) acc_o[i] = 0.f;
@@ -269,16 +226,16 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     for (; i < sp.n_masked; ++i) iteration(i, std::true_type{});
     for (; i < sp.n_blocks; ++i) iteration(i, std::false_type{});
 
-    // The last P·V. The last turn of the CTA's last tile passes nothing from consumer 1:
-    // consumer 0 has no turn left to take (within the CTA's life the turns simply alternate).
-    // A scheduler that cannot know whether a tile follows has consumer 1 pass anyway, and
-    // consumer 0 takes that turn after the loop.
+    // The last P·V. The last turn of the CTA's last tile passes nothing from the last consumer:
+    // consumer 0 has no turn left to take (within the CTA's life the turns go round in order,
+    // every consumer taking n_blocks + 1 of them per tile). A scheduler that cannot know whether
+    // a tile follows has the last consumer pass anyway, and consumer 0 takes that turn after the loop.
     const int last_stage = hopper::ring_stage<T::kStages>(it + sp.n_blocks - 1);
     wait_turn();
     hopper::wgmma_fence();
     issue_pv(last_stage);
     hopper::wgmma_commit();
-    if (consumer == 0 || scheduler.may_have_next()) pass_turn();
+    if (hopper::passes_final_turn<T::kConsumers>(consumer) || scheduler.may_have_next()) pass_turn();
     hopper::wgmma_wait<0>();
     hopper::fence_registers(acc_o);
     hopper::release_kv_stage(st, last_stage, lane);
@@ -289,30 +246,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // thread stores them with the copy engine once the warpgroup's writes are all done.
     // A warpgroup whose 64 rows cross the sequence's end stores its rows below Nq_b from
     // registers instead (a box would write the next sequence's rows); it still syncs before the
-    // Q buffer is released, since its other threads' S products read it.
-    hopper::finalize_rows<T::kHeadDim>(acc_o, row_sum);
-    const int wg_row0 = sp.q_start + consumer * 64;
-    const bool whole_box = wg_row0 + 64 <= seq.n_q;
-    if (whole_box) {
-      hopper::stage_o_rows<T::kHeadDim, T::kBlockM>(acc_o, st.q, local_row0, t);
-      hopper::fence_proxy_async_smem();
-    } else {
-      const int heads = schedule.heads;
-      hopper::store_o_rows<T::kHeadDim>(acc_o, o + (std::int64_t(seq.q0) * heads + w.head) * T::kHeadDim,
-                                        row0, seq.n_q, t, std::int64_t(heads) * T::kHeadDim);
-    }
-    hopper::named_barrier_sync<kWarpgroupThreads>(hopper::epilogue_barrier(consumer));
-    if (store_thread) {
-      if (whole_box) {
-#pragma unroll
-        for (int cb = 0; cb < T::kHeadDim / 64; ++cb)
-          hopper::tma_store_tile(&tm_o, st.q + cb * T::kBlockM * 64 + consumer * 64 * 64,
-                                 seq.q0 + wg_row0, cb, w.head);
-        hopper::tma_store_commit();
-        hopper::tma_store_wait_read();  // the engine has read the rows: the buffer is free
-      }
-      hopper::mbarrier_arrive(&st.q_empty);
-    }
+    // Q buffer is released, since its other threads' S products read it. At 160 registers the
+    // staging base and row pass through opaque copies, as issue_s's Q base does.
+    hopper::store_o_tile_ragged<T, T::kOpaqueAddresses>(
+        st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread, seq.q_row, sp.q_start, w.head, seq.n_q,
+        [&](const float (&o_rows)[T::kHeadDim / 2]) {
+          const int heads = schedule.heads;
+          hopper::store_o_rows<T::kHeadDim>(o_rows, o + (std::int64_t(seq.q_row) * heads + w.head) * T::kHeadDim,
+                                            row0, seq.n_q, t, std::int64_t(heads) * T::kHeadDim);
+        });
   }
   if constexpr (!Scheduler::kKnowsLast) {
     if (consumer == 0) wait_turn();
@@ -326,12 +268,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 // ---- Host side --------------------------------------------------------------------------------
 template <bool kLongestFirst, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
-  constexpr int kHeadDim = T::kHeadDim;
   using Scheduler = hopper::VarlenSchedule;
   const auto a = args.as<typename T::Element>();  // Q, K, V, O in the kernel's element type
   auto* kernel = persistent_kernel<Scheduler, T, kCausal>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(T::kSmemBytes)));
   const auto& sh = args.shape;
   if (args.cu_seqlens_q == nullptr || args.cu_seqlens_k == nullptr)
     throw std::logic_error("varlen_prefill was launched without cu_seqlens (AttentionArgs::cu_seqlens_q/k)");
@@ -339,16 +278,9 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   // Planned from the lengths cu_seqlens was built from; passed by value (a kernel parameter).
   const hopper::VarlenPlan plan = hopper::make_varlen_plan(sh.q_lens, sh.heads, T::kBlockM, kCausal, kLongestFirst);
   if (plan.n_tiles == 0) return;  // no queries: nothing to write
-  const CUtensorMap tm_q = hopper::make_varlen_tensor_map(a.q, sh.total_q(), sh.heads, kHeadDim, T::kBlockM);
-  const CUtensorMap tm_k = hopper::make_varlen_tensor_map(a.k, sh.total_k(), sh.hkv(), kHeadDim, T::kBlockN);
-  const CUtensorMap tm_v = hopper::make_varlen_tensor_map(a.v, sh.total_k(), sh.hkv(), kHeadDim, T::kBlockN);
-  // O is stored by each consumer warpgroup: 64 rows, one 64-column block per copy.
-  const CUtensorMap tm_o = hopper::make_varlen_tensor_map(a.o, sh.total_q(), sh.heads, kHeadDim, 64, 1);
   const int grid = std::min(plan.n_tiles, args.sm_count);
-  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(tm_q, tm_k, tm_v, tm_o, plan, a.o, args.cu_seqlens_q,
-                                                       args.cu_seqlens_k, sh.group(),
-                                                       args.softmax_scale * ladder::kLog2e);
-  CUDA_CHECK_LAUNCH("persistent_kernel");
+  hopper::launch_persistent<T>(kernel, "persistent_kernel", grid, hopper::varlen_maps<T>(args), plan, stream, a.o,
+                               args.cu_seqlens_q, args.cu_seqlens_k, sh.group(), args.softmax_scale * ladder::kLog2e);
 }
 
 template <bool kLongestFirst, class Element>
@@ -383,10 +315,13 @@ std::vector<ladder::KernelInfo> kernels() {
   return out;
 }
 
+// The plan's query rows per tile at head dim d (the refusal's, checked before any launch).
+int block_m_of(int d) { return d == 64 ? Tile<64, __half>::kBlockM : Tile<128, __half>::kBlockM; }
+
 std::optional<std::string> refusal(const ladder::AttentionShape& s) {
   if (!s.varlen()) return "a packed variable-length batch only (--varlen); the dense problem is 26/group_order's";
   if (s.decode()) return "every sequence needs as many keys as queries (fewer queries than keys is decode: step 28)";
-  if (auto why = hopper::varlen_plan_refusal(s.q_lens, 128, s.causal)) return why;
+  if (auto why = hopper::varlen_plan_refusal(s.q_lens, block_m_of(s.head_dim), s.causal)) return why;
   return hopper::refuse_unless_sm90();
 }
 
@@ -403,7 +338,7 @@ ladder::Variant variant(const char* name, const char* description) {
 
 LADDER_REGISTER_STEP(
     ladder::attention_step(27, "varlen_prefill", "Varlen prefill: a tile list over cu_seqlens, no padding, longest first", "26/group_order")
-        .add(variant<true>("longest_first", "26/group_order over a packed batch: Σ ceil(Nq_b/128)·H tiles, longest processing time first, snake rows"))
+        .add(variant<true>("longest_first", "26/group_order's kernels over a packed batch (D=64: 192x128 tiles, 3 consumers; D=128: 128x128, 2): Σ ceil(Nq_b/rows)·H tiles, longest processing time first, snake rows"))
         .add(variant<false>("in_order", "the same tiles in the batch's order, sequence by sequence").compared_with("27/longest_first"))
         .main_is("longest_first"));
 

@@ -82,7 +82,7 @@ RINGS = {
     **{s: ([ring("K/V ring across tiles", "persistent", 3, 128, 128)],
            {"present": ["static constexpr int kStages = 3;", "static constexpr int kBlockN = 128;",
                         "static constexpr int kConsumers = 2;", "kBlockM = 64 * kConsumers;"]})
-       for s in (20, 21, 26, 31, 32, 33, 35)},
+       for s in (20, 21, 31, 32, 33, 35)},
     22: ([ring("K/V ring across tiles, 4 stages", "persistent", 4, 128, 192, d=(64,)),
           ring("K/V ring across tiles, 3 stages", "persistent", 3, 128, 192, d=(64,))],
          {"present": ["variant<4>(", "variant<3>(", "static constexpr int kConsumers = 3;", "kBlockM = 64 * kConsumers;",
@@ -97,15 +97,21 @@ RINGS = {
           ring("dS ring, two consumers", "bwd", 2, {64: 128, 128: 64})],
          {"present": ["kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64)", "static constexpr int kStages = 2;",
                       "static constexpr int kDsStages = 2;"]}),
-    27: ([ring("K/V ring across tiles", "varlen", 3, 128, 128)],
-         {"present": ["static constexpr int kStages = 3;", "static constexpr int kBlockN = 128;",
-                      "static constexpr int kConsumers = 2;", "kBlockM = 64 * kConsumers;"]}),
+    # 26 and 27: step 22's three-consumer tile at D = 64 (192 rows, 4 stages), step 21's at D = 128.
+    26: ([ring("K/V ring across tiles, D = 64", "persistent", 4, 128, 192, d=(64,)),
+          ring("K/V ring across tiles, D = 128", "persistent", 3, 128, 128, d=(128,))],
+         {"present": ["static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;", "kBlockM = 64 * kConsumers;",
+                      "static constexpr int kStages = kConsumers == 3 ? 4 : 3;", "static constexpr int kBlockN = 128;"]}),
+    27: ([ring("K/V ring across tiles, D = 64", "varlen", 4, 128, 192, d=(64,)),
+          ring("K/V ring across tiles, D = 128", "varlen", 3, 128, 128, d=(128,))],
+         {"present": ["static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;", "kBlockM = 64 * kConsumers;",
+                      "static constexpr int kStages = kConsumers == 3 ? 4 : 3;", "static constexpr int kBlockN = 128;"]}),
     **{s: ([ring("each warp's cp.async ring", "decode", {64: 5, 128: 3}, 16)],
            {"present": ["kStages = kHeadDim == 128 ? 3 : 5;", "static constexpr int kWarps = 4;",
                         "static constexpr int kKeys = 16;", "kCtasPerSm = 2;", "kMinTilesPerSplit = kWarps * kStages;",
                         "static constexpr int kRows = 16;"]}) for s in (28, 29)},
     30: ([ring("K/V ring", "kv", 2, 64)],
-         {"present": ["static constexpr int kBlockN = 64;", "static constexpr int kStages = 2;"]}),
+         {"present": ["struct Tile : mma::Shape<kHeadDim_, 64>", "static constexpr int kStages = 2;"]}),
 }
 DECODE = {"warps": 4, "keys": 16, "rows": 16, "ctas_per_sm": 2}
 # common/split_kv.hpp's rule (checked against the header below).
@@ -114,11 +120,15 @@ SPLIT_KV_TEXT = ["kMaxSplits = 256;", "kMaxSms = 256;", "kMinWaveFill = 0.95;", 
 
 
 def step_sources():
+    """Each step's kernel files, and after them the common/ headers they include (a ring's
+    constants may live in a header the step's tile inherits from, e.g. mma_attention.cuh's Shape)."""
     out = {}
     for d in sorted((ROOT / "steps").iterdir()):
         m = re.match(r"(\d\d)_", d.name)
         if m and d.is_dir():
-            out[int(m.group(1))] = "".join(p.read_text() for p in sorted(d.glob("*.cu")))
+            text = "".join(p.read_text() for p in sorted(d.glob("*.cu")))
+            headers = sorted(set(re.findall(r'#include "(common/[^"]+)"', text)))
+            out[int(m.group(1))] = text + "".join((ROOT / h).read_text() for h in headers if (ROOT / h).is_file())
     return out
 
 

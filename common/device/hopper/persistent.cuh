@@ -100,6 +100,23 @@ struct VarlenRows {
   __device__ __forceinline__ int kv_head(const VarlenTile& w) const { return w.head / group; }
 };
 
+// ---- The round of GEMM turns (a step templated on its number of consumer warpgroups) -----------
+// With two consumers the round is the ping-pong, and both functions are written as the
+// two-consumer kernels write them (c ^ 1, c == 0), so those kernels' code stays what it was.
+// The consumer after c: c + 1, and 0 after the last.
+template <int kConsumers>
+__device__ __forceinline__ int next_consumer(int c) {
+  if constexpr (kConsumers == 2) return c ^ 1;
+  else return (c + 1) % kConsumers;
+}
+// Whether c passes the turn after its tile's last GEMM when no tile follows: every consumer but
+// the last, whose pass would go to consumer 0, which has no turn left to take.
+template <int kConsumers>
+__device__ __forceinline__ bool passes_final_turn(int c) {
+  if constexpr (kConsumers == 2) return c == 0;
+  else return c != kConsumers - 1;
+}
+
 #if LADDER_SM90A
 // ---- The producer ------------------------------------------------------------------------------
 // One thread of the producer warpgroup: every tile of the CTA's sequence from its own copy of the

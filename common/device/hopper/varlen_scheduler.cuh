@@ -10,7 +10,9 @@
 // the K/V blocks it visits:
 //   no mask  every tile of sequence b visits ceil(Nk_b / kBlockN) blocks: the sequences longest
 //            first, each sequence's tiles (query block, head) with the head innermost;
-//   causal   query block m visits m + 1 blocks (kBlockM = kBlockN), whatever the sequence: the
+//   causal   query block m visits ceil((m + 1)·kBlockM / kBlockN) blocks (m + 1 where the tile's
+//            rows equal a block's keys; 192 rows over 128 keys at D = 64), whatever the sequence
+//            (or fewer, where the sequence ends first): a weight that grows with m, so the
 //            tiles by level, m from the deepest down, and within a level the sequences that reach
 //            it (the longest first, so a level's sequences are a prefix of the sorted order), the
 //            head innermost.
