@@ -238,20 +238,8 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
   if (!dir.empty()) save_attention_inputs(dir, shape, buffers, dims);
   const AttentionProblem problem{session, shape, sm_count, buffers, refs, dims, dir};
 
-  Baselines baselines;
-  baselines.needed = baselines_needed(variants, &shape);
-  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
-    const Variant& variant = ref.variant();
-    row.flops = flops(shape);
-    row.bytes = min_bytes(shape);
-    row.baseline = resolve_baseline(row.baseline, shape);
-    if (refused(row, variant, shape, session.gpu.sm) || refused_resources(row, variant, shape, session.gpu))
-      return;
-    VariantHooks hooks = attention_hooks(problem, ref);
-    run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
-                variant.workspace_bytes(shape) <= kMaxRetainedWorkspace);
-  });
-  finish_timing(session, run, options, baselines);
+  run_attention_rows(session, run, variants, shape, options, flops(shape), min_bytes(shape),
+                     [&](const VariantRef& ref) { return attention_hooks(problem, ref); });
   if (run.memory_bound) add_copy_ceiling(session, run, shape, options);
   else add_gemm_ceiling(session, run, options);
   return run;

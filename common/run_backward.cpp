@@ -242,20 +242,8 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
   if (!dir.empty()) save_backward_inputs(dir, shape, buffers);
   const BackwardProblem problem{session, shape, sm_count, buffers, refs, dir};
 
-  Baselines baselines;
-  baselines.needed = baselines_needed(variants, &shape);
-  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
-    const Variant& variant = ref.variant();
-    row.flops = backward_flops(shape);
-    row.bytes = backward_min_bytes(shape);
-    row.baseline = resolve_baseline(row.baseline, shape);
-    if (refused(row, variant, shape, session.gpu.sm) || refused_resources(row, variant, shape, session.gpu))
-      return;
-    VariantHooks hooks = backward_hooks(problem, ref);
-    run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
-                variant.workspace_bytes(shape) <= kMaxRetainedWorkspace);
-  });
-  finish_timing(session, run, options, baselines);
+  run_attention_rows(session, run, variants, shape, options, backward_flops(shape), backward_min_bytes(shape),
+                     [&](const VariantRef& ref) { return backward_hooks(problem, ref); });
   add_gemm_ceiling(session, run, options);
   return run;
 }

@@ -175,4 +175,26 @@ void for_each_variant(Session& session, ProblemRun& run, std::span<const Variant
   }
 }
 
+// The rows of an attention problem, forward or backward: each variant's work and traffic, its
+// refusals, its hooks (hooks_of(ref)) and its first run; then the later timing rounds of them all.
+template <typename HooksOf>
+void run_attention_rows(Session& session, ProblemRun& run, std::span<const VariantRef> variants,
+                        const AttentionShape& shape, const RunOptions& options, double work,
+                        double bytes, HooksOf hooks_of) {
+  Baselines baselines;
+  baselines.needed = baselines_needed(variants, &shape);
+  for_each_variant(session, run, variants, [&](const VariantRef& ref, Row& row, std::size_t row_index) {
+    const Variant& variant = ref.variant();
+    row.flops = work;
+    row.bytes = bytes;
+    row.baseline = resolve_baseline(row.baseline, shape);
+    if (refused(row, variant, shape, session.gpu.sm) || refused_resources(row, variant, shape, session.gpu))
+      return;
+    VariantHooks hooks = hooks_of(ref);
+    run_variant(session, ref, row, hooks, options, baselines, shape, row_index,
+                variant.workspace_bytes(shape) <= kMaxRetainedWorkspace);
+  });
+  finish_timing(session, run, options, baselines);
+}
+
 }  // namespace ladder::run_detail
