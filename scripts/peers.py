@@ -228,6 +228,9 @@ def main(argv=None):
                     help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
                     "Part III's series, or Part V's backward shapes (the backward's default); --pass serve: "
                     + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved timing rounds per shape (alternately in order and reversed); more "
+                    "rounds narrow a ratio between two candidates whose kernels are the same")
     ap.add_argument("--head-dim", type=int, choices=(64, 128), default=128,
                     help="--pass serve: the head dimension of the serving grids (their own is 128)")
     ap.add_argument("--varlen-count", type=int, default=16, help="--pass serve: sequences of the varlen batch")
@@ -256,6 +259,8 @@ def main(argv=None):
     if serve != (args.grid in ("serve",) + SERVE_GRIDS):
         ap.error(f"--grid {args.grid} " + ("is not one of --pass serve's: " + ", ".join(("serve",) + SERVE_GRIDS)
                                           if serve else "belongs to --pass serve"))
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if args.varlen_count < 1 or args.varlen_max < 1:
         ap.error("--varlen-count and --varlen-max must be positive")
     if args.backends is None:
@@ -437,7 +442,7 @@ def main(argv=None):
                 return call, lambda: o
             add(row_name(label, vid), make_ladder)
 
-        timings = iter(time_rounds(fns, flush)) if fns else iter(())
+        timings = iter(time_rounds(fns, flush, rounds=args.rounds)) if fns else iter(())
         for row in shape_rows:
             if "error" not in row:
                 t = next(timings)
