@@ -165,8 +165,10 @@ def compare_table(spec):
 
     def label(name):
         return name.split(":", 2)[-1]
+    passes = max((len(r.get("round_medians_ms", [])) for r in rows), default=3) or 3
+    passes_text = {3: "three"}.get(passes, str(passes))
     out = [f"new/old (TFLOP/s of the new variant / the old one) in {dtype}, both libraries loaded in one "
-           "process and timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, three interleaved "
+           f"process and timed by `scripts/peers.py` (CUDA-graph replays, L2 flushed, {passes_text} interleaved "
            "passes); ≈: the passes disagree on the side of 1.\n",
            "| old → new | " + " | ".join(f"{'causal' if c else 'none'} B={b} H={h} N={n} D={d}"
                                       for b, h, n, d, c in shapes) + " |",
@@ -203,6 +205,7 @@ def compare_table(spec):
     commits = data["provenance"].get("ladder_lib_commits", {})
     if commits:
         out.append("Libraries: " + ", ".join(f"{k} built from `{v}`" for k, v in commits.items()) + ".\n")
-    out.append(_peers_footer(data, spec, "scripts/peers.py --grid part4 --ladder-lib old=… --ladder-lib new=… "
+    grid = next((a for a in data["provenance"].get("command_line", "").split("--grid ")[1:2]), "part4 ").split()[0]
+    out.append(_peers_footer(data, spec, f"scripts/peers.py --grid {grid} --ladder-lib old=… --ladder-lib new=… "
                                          "--ladder-pairs …"))
     return "\n".join(out) + "\n"
