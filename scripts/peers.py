@@ -216,7 +216,8 @@ def gpu_provenance():
     return info
 
 
-def main(argv=None):
+def parse_args(argv):
+    """The command line, checked: (args, backends, labels, variants, pairs); a bad one exits 2."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="two shapes only (a smoke test)")
@@ -224,10 +225,11 @@ def main(argv=None):
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "serve"), default="fwd",
                     help="time the forward (O from Q, K, V), the backward (dQ, dK, dV from dO), or Part VI's "
                     "serving problems (GQA, decode, varlen, paged: GB/s and %% of a device copy)")
-    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "refactor", "serve") + SERVE_GRIDS, default=None,
+    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "refactor", "serve") + SERVE_GRIDS,
+                    default=None,
                     help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
-                    "Part III's series, or Part V's backward shapes (the backward's default); --pass serve: "
-                    + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")
+                    "Part III's series, Part V's backward shapes (the backward's default), or a refactor's "
+                    "old-against-new shapes; --pass serve: " + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved timing rounds per shape (alternately in order and reversed); more "
                     "rounds narrow a ratio between two candidates whose kernels are the same")
@@ -250,8 +252,7 @@ def main(argv=None):
                     help="element type of Q, K, V (the GEMM ceiling stays fp16: same tensor-core rate); "
                     "default fp16, bf16 for --pass serve")
     args = ap.parse_args(argv)
-    backward = args.pass_ == "bwd"
-    serve = args.pass_ == "serve"
+    backward, serve = args.pass_ == "bwd", args.pass_ == "serve"
     if args.dtype is None:
         args.dtype = "bf16" if serve else "fp16"
     if args.grid is None:
@@ -276,35 +277,27 @@ def main(argv=None):
         variants += [x for x in (old, new) if x not in variants]
     if variants and not labels:
         ap.error("--ladder-variants and --ladder-pairs need --ladder-lib")
-    if torch is None or not torch.cuda.is_available():
-        print("peers.py: needs PyTorch with a CUDA GPU (torch " + ("not installed" if torch is None else
-              "finds no GPU") + ")", file=sys.stderr)
-        return 3
-    libs = LadderLibs(args.ladder_lib) if labels else None
-    if serve and libs:
-        for label in labels:  # a library from before Part VI: its rows say so (call_serving raises)
-            if libs.serving_fns.get(label) is None:
-                print(f"{libs.paths[label]}: no ladder_attention_serving (built before Part VI): its rows are skipped",
-                      flush=True)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    fa4, fa4_version = load_fa4() if "fa4" in backends else (None, "not asked for")
-    if "fa4" in backends and fa4 is None:
-        print(f"fa4: skipped, {fa4_version}", flush=True)
+    return args, backends, labels, variants, pairs
 
-    torch.manual_seed(args.seed)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
-    rows = []
 
-    def write_file(rows, final, method_prefix=""):
-        """The file so far: rewritten after every shape, so a round cut short keeps what it timed."""
+class ResultsFile:
+    """The JSON file of a run, rewritten after every shape (a run cut short keeps what it timed);
+    `gpu` is set once the GPU's provenance is read."""
+
+    def __init__(self, args, argv, pairs, libs, fa4, fa4_version):
+        self.args, self.argv, self.pairs, self.libs = args, argv, pairs, libs
+        self.fa4, self.fa4_version, self.gpu = fa4, fa4_version, None
+
+    def write(self, rows, final, method_prefix=""):
+        args = self.args
+        backward, serve = args.pass_ == "bwd", args.pass_ == "serve"
         provenance = {
-            "gpu": gpu,
+            "gpu": self.gpu,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             **tree_provenance(),
-            "command_line": " ".join(["scripts/peers.py"] + (argv if argv is not None else sys.argv[1:])),
-            "fa4": ({"version": fa4_version} if fa4 is not None else {"skipped": fa4_version}),
-            "ladder_libs": libs.paths if libs else {},
+            "command_line": " ".join(["scripts/peers.py"] + (self.argv if self.argv is not None else sys.argv[1:])),
+            "fa4": ({"version": self.fa4_version} if self.fa4 is not None else {"skipped": self.fa4_version}),
+            "ladder_libs": self.libs.paths if self.libs else {},
             # LADDER_LIB_COMMITS="old=349da4a,new=..." (scripts/round.sh sets it): each library's commit
             "ladder_lib_commits": dict(x.split("=", 1) for x in
                                        os.environ.get("LADDER_LIB_COMMITS", "").split(",") if "=" in x),
@@ -314,157 +307,197 @@ def main(argv=None):
                       + ("backward: the forward run once untimed, the timed call autograd's backward of its output "
                          "(dQ, dK, dV from dO), the ladder's from the same O and log-sum-exp; " if backward else "")
                       + "each call captured in a CUDA graph (else eager, per row's timing_method); CUDA events "
-                      "around one replay per repetition, L2 flushed (2x L2 zeroed) between, 3 interleaved rounds "
-                      "(alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
+                      f"around one replay per repetition, L2 flushed (2x L2 zeroed) between, {args.rounds} interleaved "
+                      "rounds (alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
         result = {"schema": "attention-ladder/peers/1", "pass": args.pass_, "provenance": provenance,
                   "complete": final, "rows": rows}
         if serve:
             result["grid"] = args.grid
             if args.grid in ("serve", "varlen"):
                 result["varlen"] = {"seed": args.seed, "count": args.varlen_count, "max": args.varlen_max}
-        if pairs:
-            result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in pairs]
+        if self.pairs:
+            result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in self.pairs]
         with open(args.out + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
         os.replace(args.out + ".tmp", args.out)
 
-    if serve:
-        gpu = gpu_provenance()
-        return serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gpu, write_file)
 
-    # The matrix-unit ceiling of the day, measured the same way.
+def gemm_ceiling(flush, rounds):
+    """The matrix-unit ceiling of the day, an fp16 8192^3 product timed the same way (its row)."""
     a = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
     b = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
     c = torch.empty(8192, 8192, dtype=torch.float16, device="cuda")
     fn, method = as_graph(lambda: torch.matmul(a, b, out=c))
-    t = time_rounds([fn], flush)[0]
-    rows.append({"kind": "matmul", "name": "torch-fp16-matmul-8192", "flops": 2 * 8192**3, **t,
-                 "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12})
-    a = b = c = None  # free the GEMM's 400 MB before the attention shapes
+    t = time_rounds([fn], flush, rounds=rounds)[0]
+    return {"kind": "matmul", "name": "torch-fp16-matmul-8192", "flops": 2 * 8192**3, **t,
+            "timing_method": method, "tflops": 2 * 8192**3 / (t["median_ms"] * 1e-3) / 1e12}
 
-    gpu = gpu_provenance()
 
-    def write(final=False):
-        write_file(rows, final)
+class Shape:
+    """One problem of the grid: its inputs, and the reference every candidate is checked against
+    (PyTorch's cuDNN backend, else its default; for the backward its dQ, dK, dV, and the O and
+    log-sum-exp the ladder's backward takes)."""
 
-    failed = []
-    for (bsz, heads, n, d, causal) in grids(args.quick, args.grid, backward):
-        q, k, v = (torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda") for _ in range(3))
-        flops = 4 * bsz * heads * n * n * d / (2 if causal else 1) * (2.5 if backward else 1)
-        base = {"kind": "attention", "pass": args.pass_, "batch": bsz, "heads": heads, "seqlen": n,
-                "head_dim": d, "causal": causal, "dtype": args.dtype, "flops": flops}
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-
-        def reference(q_, k_, v_, name):
-            if name == "sdpa-default":
-                return sdpa(q_, k_, v_, is_causal=causal)
-            with sdpa_kernel([BACKENDS["sdpa-cudnn"]]):
-                return sdpa(q_, k_, v_, is_causal=causal)
+    def __init__(self, shape, dtype, backward):
+        self.bsz, self.heads, self.n, self.d, self.causal = shape
+        self.backward = backward
+        self.q, self.k, self.v = (torch.randn(self.bsz, self.heads, self.n, self.d, dtype=dtype, device="cuda")
+                                  for _ in range(3))
+        self.flops = (4 * self.bsz * self.heads * self.n * self.n * self.d / (2 if self.causal else 1)
+                      * (2.5 if backward else 1))
+        self.d_o = self.stream = self.o_fwd = self.lse = None
         if backward:
-            d_o = torch.randn(bsz, heads, n, d, dtype=dtype, device="cuda")
-            bwd_stream = torch.cuda.Stream()  # every backward's forward, and so its backward, runs here
-        # The reference every row's output is checked against: PyTorch's cuDNN backend, else its
-        # default; for the backward, its dQ, dK, dV, and the O and log-sum-exp the ladder's take.
-        for ref_name in ("sdpa-cudnn", "sdpa-default"):
+            self.d_o = torch.randn(self.bsz, self.heads, self.n, self.d, dtype=dtype, device="cuda")
+            self.stream = torch.cuda.Stream()  # every backward's forward, and so its backward, runs here
+        for name in ("sdpa-cudnn", "sdpa-default"):
             try:
-                ref = reference(q, k, v, ref_name)
+                self.ref_name, self.ref = name, self.sdpa(self.q, self.k, self.v, name)
                 if backward:
-                    o_fwd = ref.contiguous()
-                    call, box = autograd_backward(lambda *x: reference(*x, ref_name), (q, k, v), d_o, bwd_stream)
+                    self.o_fwd = self.ref.contiguous()
+                    call, box = autograd_backward(lambda *x, name=name: self.sdpa(*x, name), (self.q, self.k, self.v),
+                                                  self.d_o, self.stream)
                     call()
                     torch.cuda.synchronize()
-                    ref = tuple(g.clone() for g in box["grads"])
-                    call = box = None
+                    self.ref = tuple(g.clone() for g in box["grads"])
                 break
             except Exception:
-                if ref_name == "sdpa-default":
+                if name == "sdpa-default":
                     raise
         if backward:
-            lse = reference_lse(q, k, causal)
-        shape_rows, fns = [], []
-        keep = []  # a graph replays into its outputs by address: they must outlive its timing
+            self.lse = reference_lse(self.q, self.k, self.causal)
 
-        def add(name, make):
-            """make() -> (callable, function returning its O as [B, H, N, D], or its dQ, dK, dV)."""
-            row = {**base, "name": name}
-            try:
-                call, output = make()
-                keep.append(call)
-                call()  # a peer that refuses the shape raises here; FA4 compiles here
-                torch.cuda.synchronize()
-                if name != ref_name:
-                    row["reference"] = ref_name
-                    if backward:
-                        gradients_check(row, output(), ref, args.dtype)
-                    else:
-                        output_check(row, output(), ref, args.dtype)
-                fn, row["timing_method"] = as_graph(call, bwd_stream) if backward else as_graph(call)
-                fns.append(fn)
-            except Exception as e:  # refused or failed: say why
-                row["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
-            shape_rows.append(row)
+    def sdpa(self, q, k, v, name):
+        """PyTorch's SDPA under backend `name` ("sdpa-default": PyTorch's own choice)."""
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        if name == "sdpa-default":
+            return sdpa(q, k, v, is_causal=self.causal)
+        with sdpa_kernel([BACKENDS[name]]):
+            return sdpa(q, k, v, is_causal=self.causal)
 
-        for name in [b for b in backends if b in BACKENDS]:
-            def make(backend=BACKENDS[name]):
-                box = {}
-                if backward:
-                    def forward(q_, k_, v_):
-                        with sdpa_kernel([backend]):
-                            return sdpa(q_, k_, v_, is_causal=causal)
-                    call, box = autograd_backward(forward, (q, k, v), d_o, bwd_stream)
-                    return call, lambda: box["grads"]
+    def text(self, dtype):
+        return (f"B={self.bsz} H={self.heads} N={self.n} D={self.d} causal={self.causal} {dtype}"
+                + (" backward: " if self.backward else ": "))
 
-                def call():
-                    with sdpa_kernel([backend]):
-                        box["out"] = sdpa(q, k, v, is_causal=causal)
-                return call, lambda: box["out"]
-            add(name, make)
-        if fa4 is not None:
-            def make_fa4():
-                if backward:  # FA4 on [B, N, H, D]: its inputs, dO and gradients transposed
-                    qt, kt, vt, d_ot = (x.transpose(1, 2).contiguous() for x in (q, k, v, d_o))
 
-                    def forward(q_, k_, v_):
-                        res = fa4(q_, k_, v_, causal=causal)
-                        return res[0] if isinstance(res, (tuple, list)) else res
-                    call, box = autograd_backward(forward, (qt, kt, vt), d_ot, bwd_stream)
-                    return call, lambda: tuple(g.transpose(1, 2) for g in box["grads"])
-                call, box = fa4_call(fa4, q, k, v, causal)
-                return call, lambda: box["out"].transpose(1, 2)
-            add("fa4", make_fa4)
-        for label, vid in variants:
-            def make_ladder(label=label, vid=vid):
-                if backward:
-                    call, grads = ladder_backward_call(libs, label, vid, q, k, v, o_fwd, d_o, lse, causal,
-                                                       args.dtype == "bf16")
-                    return call, lambda: grads
-                call, o = ladder_call(libs, label, vid, q, k, v, causal, args.dtype == "bf16")
-                return call, lambda: o
-            add(row_name(label, vid), make_ladder)
+def candidates(sh, args, backends, fa4, libs, variants):
+    """(name, make) per candidate; make() -> (callable, function returning its O as [B, H, N, D], or
+    its dQ, dK, dV)."""
+    out = []
+    for name in [b for b in backends if b in BACKENDS]:
+        def make(name=name):
+            box = {}
+            if sh.backward:
+                call, box = autograd_backward(lambda *x: sh.sdpa(*x, name), (sh.q, sh.k, sh.v), sh.d_o, sh.stream)
+                return call, lambda: box["grads"]
 
-        timings = iter(time_rounds(fns, flush, rounds=args.rounds)) if fns else iter(())
-        for row in shape_rows:
-            if "error" not in row:
-                t = next(timings)
-                row.update(t, tflops=flops / (t["median_ms"] * 1e-3) / 1e12)
-            rows.append(row)
-            if row.get("output_check") == "FAIL":
-                failed.append(row)
-            check = (f", max|Δ| vs {row['reference']} {row['max_abs_diff']:.2e} {row['output_check']}"
-                     if "output_check" in row else "")
-            print(f"{row['name']:38s} B={bsz} H={heads} N={n} D={d} causal={causal} {args.dtype}"
-                  + (" backward: " if backward else ": ")
-                  + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
-                     else row["error"]), flush=True)
-        write()
+            def call():
+                box["out"] = sh.sdpa(sh.q, sh.k, sh.v, name)
+            return call, lambda: box["out"]
+        out.append((name, make))
+    if fa4 is not None:
+        def make_fa4():
+            if sh.backward:  # FA4 on [B, N, H, D]: its inputs, dO and gradients transposed
+                qt, kt, vt, d_ot = (x.transpose(1, 2).contiguous() for x in (sh.q, sh.k, sh.v, sh.d_o))
 
-    write(final=True)
+                def forward(q_, k_, v_):
+                    res = fa4(q_, k_, v_, causal=sh.causal)
+                    return res[0] if isinstance(res, (tuple, list)) else res
+                call, box = autograd_backward(forward, (qt, kt, vt), d_ot, sh.stream)
+                return call, lambda: tuple(g.transpose(1, 2) for g in box["grads"])
+            call, box = fa4_call(fa4, sh.q, sh.k, sh.v, sh.causal)
+            return call, lambda: box["out"].transpose(1, 2)
+        out.append(("fa4", make_fa4))
+    bf16 = args.dtype == "bf16"
+    for label, vid in variants:
+        def make_ladder(label=label, vid=vid):
+            if sh.backward:
+                call, grads = ladder_backward_call(libs, label, vid, sh.q, sh.k, sh.v, sh.o_fwd, sh.d_o, sh.lse,
+                                                   sh.causal, bf16)
+                return call, lambda: grads
+            call, o = ladder_call(libs, label, vid, sh.q, sh.k, sh.v, sh.causal, bf16)
+            return call, lambda: o
+        out.append((row_name(label, vid), make_ladder))
+    return out
+
+
+def time_shape(sh, args, backends, fa4, libs, variants, flush):
+    """Every candidate on one shape: run once, checked against the reference, captured, then all
+    timed in interleaved rounds; the rows, printed as they come."""
+    base = {"kind": "attention", "pass": args.pass_, "batch": sh.bsz, "heads": sh.heads, "seqlen": sh.n,
+            "head_dim": sh.d, "causal": sh.causal, "dtype": args.dtype, "flops": sh.flops}
+    rows, fns = [], []
+    keep = []  # a graph replays into its outputs by address: they must outlive its timing
+    for name, make in candidates(sh, args, backends, fa4, libs, variants):
+        row = {**base, "name": name}
+        try:
+            call, output = make()
+            keep.append(call)
+            call()  # a peer that refuses the shape raises here; FA4 compiles here
+            torch.cuda.synchronize()
+            if name != sh.ref_name:
+                row["reference"] = sh.ref_name
+                (gradients_check if sh.backward else output_check)(row, output(), sh.ref, args.dtype)
+            fn, row["timing_method"] = as_graph(call, sh.stream) if sh.backward else as_graph(call)
+            fns.append(fn)
+        except Exception as e:  # refused or failed: say why
+            row["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        rows.append(row)
+    timings = iter(time_rounds(fns, flush, rounds=args.rounds)) if fns else iter(())
+    for row in rows:
+        if "error" not in row:
+            t = next(timings)
+            row.update(t, tflops=sh.flops / (t["median_ms"] * 1e-3) / 1e12)
+        check = (f", max|Δ| vs {row['reference']} {row['max_abs_diff']:.2e} {row['output_check']}"
+                 if "output_check" in row else "")
+        print(f"{row['name']:38s} " + sh.text(args.dtype)
+              + (f"{row['tflops']:.1f} TFLOP/s ({row['timing_method']}){check}" if "tflops" in row
+                 else row["error"]), flush=True)
+    return rows
+
+
+def report_failures(failed, dtype):
     for row in failed:
         print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
               f"causal={row['causal']}" + (f" ({row['worst_gradient']} the worst)" if "worst_gradient" in row else "")
               + f": max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
-              f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[args.dtype]:.0f}%)",
+              f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[dtype]:.0f}%)",
               file=sys.stderr)
+
+
+def main(argv=None):
+    args, backends, labels, variants, pairs = parse_args(argv)
+    if torch is None or not torch.cuda.is_available():
+        print("peers.py: needs PyTorch with a CUDA GPU (torch " + ("not installed" if torch is None else
+              "finds no GPU") + ")", file=sys.stderr)
+        return 3
+    libs = LadderLibs(args.ladder_lib) if labels else None
+    if args.pass_ == "serve" and libs:
+        for label in labels:  # a library from before Part VI: its rows say so (call_serving raises)
+            if libs.serving_fns.get(label) is None:
+                print(f"{libs.paths[label]}: no ladder_attention_serving (built before Part VI): its rows are skipped",
+                      flush=True)
+    fa4, fa4_version = load_fa4() if "fa4" in backends else (None, "not asked for")
+    if "fa4" in backends and fa4 is None:
+        print(f"fa4: skipped, {fa4_version}", flush=True)
+    torch.manual_seed(args.seed)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    out = ResultsFile(args, argv, pairs, libs, fa4, fa4_version)
+    if args.pass_ == "serve":
+        out.gpu = gpu_provenance()
+        return serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, out.gpu, out.write)
+
+    rows = [gemm_ceiling(flush, args.rounds)]  # before the attention shapes, its 400 MB freed after
+    out.gpu = gpu_provenance()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    failed = []
+    for shape in grids(args.quick, args.grid, args.pass_ == "bwd"):
+        shape_rows = time_shape(Shape(shape, dtype, args.pass_ == "bwd"), args, backends, fa4, libs, variants, flush)
+        rows += shape_rows
+        failed += [r for r in shape_rows if r.get("output_check") == "FAIL"]
+        out.write(rows, False)
+    out.write(rows, True)
+    report_failures(failed, args.dtype)
     return 1 if failed else 0
 
 

@@ -321,7 +321,7 @@ def serve_main(args, argv, backends, libs, variants, fa4, fa4_version, flush, gp
             except Exception as e:  # refused, unknown to the library, or failed: say why
                 row["error"] = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             shape_rows.append(row)
-        timings = iter(time_rounds(fns, flush)) if fns else iter(())
+        timings = iter(time_rounds(fns, flush, rounds=getattr(args, "rounds", 3))) if fns else iter(())
         for row in shape_rows:
             if "error" not in row:
                 t = next(timings)
