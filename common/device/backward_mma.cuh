@@ -179,14 +179,4 @@ __device__ __forceinline__ void atomic_add_c(const float (&acc)[kMTiles][kNTiles
     }
 }
 
-// threadIdx.x, read again: a value the compiler cannot merge with the kernel's first read (a
-// volatile asm is never merged or hoisted out of a loop). A kernel recomputes lane offsets from it
-// where keeping them live through a long loop would cost registers it can only find by spilling
-// (step 06's d128_lean does the same with its cp.async offsets).
-__device__ __forceinline__ int reread_tid() {
-  int tid;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-  return tid;
-}
-
 }  // namespace ladder::mma_sync

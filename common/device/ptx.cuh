@@ -14,6 +14,16 @@ __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// threadIdx.x, read again: a value the compiler cannot merge with the kernel's first read (a
+// volatile asm is never merged or hoisted out of a loop). A kernel recomputes lane offsets from it
+// where keeping them live through a long loop would cost registers it can only find by spilling
+// (step 06's d128_lean, with its cp.async offsets; step 24, with dQ's).
+__device__ __forceinline__ int reread_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 // ---- cp.async (sm_80+): global -> shared without passing through registers ------------------
 // 16 bytes per call. `src_bytes` < 16 zero-fills the rest: the kernels pass 0 for rows past the
 // end of the sequence so a ragged tile reads no memory it does not own and sees zeros there.

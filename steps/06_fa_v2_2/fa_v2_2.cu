@@ -99,16 +99,6 @@ using Step05Tiles = Config<kHeadDim, kBlockN, kBlockN,
                            2 * 4 * (kHeadDim / 16 + kHeadDim / 8 + kBlockN / 8) <= 160,
                            (kHeadDim == 64 && kBlockN == 32) ? 3 : 1, kFeatures>;
 
-// ---- threadIdx.x, read again ------------------------------------------------------------------
-// A value the compiler cannot merge with the kernel's first read (a volatile asm is never merged
-// or hoisted out of the loop). kLean recomputes the cp.async offsets from it once per block
-// instead of keeping them live through the loop: a few integer instructions per block, against
-// a register that, at 255, ptxas can only find by spilling something.
-__device__ __forceinline__ int reread_tid() {
-  int tid;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-  return tid;
-}
 
 // ---- The kernel -------------------------------------------------------------------------------
 // grid (ceil(N / kBlockM), B·H), or with kHeavyFirst and causal (B·H, ceil(N / kBlockM)) with
@@ -196,7 +186,11 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocksPerSm)
     __syncthreads();
     if (block > 0) {
       const std::int64_t next = head + std::int64_t(kv_start - T::kBlockN) * T::kHeadDim;
-      const int load_tid = T::kLean ? reread_tid() : tid;
+      // kLean recomputes the cp.async offsets from threadIdx.x read again (ptx::reread_tid, which
+      // the compiler cannot merge with the first read) instead of keeping them live through the
+      // loop: a few integer instructions per block, against a register that, at 255, ptxas can
+      // only find by spilling something.
+      const int load_tid = T::kLean ? ptx::reread_tid() : tid;
       mma::load_tile_layout<T, T::kBlockN, false>(s_k + (stage ^ 1) * T::kKVElems, k + next,
                                                   T::kBlockN, load_tid);
       mma::load_tile_layout<T, T::kBlockN, false>(s_v + (stage ^ 1) * T::kKVElems, v + next,

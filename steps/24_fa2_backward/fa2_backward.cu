@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     // A[query][key] = dS = (dSᵀ)ᵀ, read from the stored dSᵀ with ldmatrix.trans (mma_a_transposed).
     // The warp's offsets come from a re-read threadIdx.x once per step rather than live through the
     // loop: a few integer instructions, against registers ptxas could only find by spilling (D = 128).
-    const int dq_tid = mma::reread_tid();
+    const int dq_tid = ptx::reread_tid();
     const int dq_lane = dq_tid % kWarpSize;
     const int dq_row = (dq_tid / kWarpSize % T::kDqWarpsM) * T::kDqRows;  // the warp's query rows
     const int dq_col = (dq_tid / kWarpSize / T::kDqWarpsM) * T::kDqCols;  // and head dims
