@@ -46,12 +46,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, cudaStream_t stream,
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(C::kSmemBytes)));
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(args...);
-  // CUDA_CHECK_LAUNCH's check, with the name built only on failure (the launch path allocates
-  // nothing).
-  if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess) {
-    const std::string call = std::string("launch of ") + kernel_name;
-    throw_cuda_error(launched, call.c_str(), __FILE__, __LINE__);
-  }
+  CUDA_CHECK_LAUNCH_OF(kernel_name);
 }
 
 // The non-causal and the causal kernel of one Config, for the resource table.

@@ -30,6 +30,13 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
   if (code != cudaSuccess) throw_cuda_error(code, call, file, line);
 }
 
+// The launch check for a kernel name that is not a literal (a shared launch helper's): the
+// message is built only on failure, so a launch inside a timed region allocates nothing.
+inline void check_launch(const char* kernel_name, const char* file, int line) {
+  if (const cudaError_t code = cudaGetLastError(); code != cudaSuccess)
+    throw_cuda_error(code, (std::string("launch of ") + kernel_name).c_str(), file, line);
+}
+
 }  // namespace ladder
 
 // Wrap every runtime call: CUDA_CHECK(cudaMalloc(&p, bytes));
@@ -39,3 +46,5 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
 // threads) at the launch site instead of at the next unrelated call.
 #define CUDA_CHECK_LAUNCH(kernel_name) \
   ::ladder::check_cuda(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+// The same where the name is a runtime string: CUDA_CHECK_LAUNCH_OF(name).
+#define CUDA_CHECK_LAUNCH_OF(kernel_name) ::ladder::check_launch((kernel_name), __FILE__, __LINE__)

@@ -33,10 +33,7 @@ void launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, std::
                    cudaStream_t stream, Args... args) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<grid, kThreads, smem, stream>>>(args...);
-  // CUDA_CHECK_LAUNCH's check, with the message built only on failure (the launch path allocates
-  // nothing).
-  if (const cudaError_t launched = cudaGetLastError(); launched != cudaSuccess)
-    throw_cuda_error(launched, (std::string("launch of ") + name).c_str(), __FILE__, __LINE__);
+  CUDA_CHECK_LAUNCH_OF(name);
 }
 
 // A variant's launch: the instantiation for the problem's head dimension.

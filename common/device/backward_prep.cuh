@@ -272,7 +272,7 @@ void launch_main(void (*kernel)(KernelParams...), const char* name, dim3 grid, c
                  const Params&... params) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(params...);
-  check_cuda(cudaGetLastError(), ("launch of " + std::string(name)).c_str(), __FILE__, __LINE__);
+  CUDA_CHECK_LAUNCH_OF(name);
 }
 
 // A backward's three launches: the preprocess, main(ws) (the step's own kernel), the convert.

@@ -78,9 +78,7 @@ void launch_persistent(void (*kernel)(KernelParams...), const char* name, int gr
                        const Schedule& schedule, cudaStream_t stream, const Extra&... extra) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
   kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(maps.q, maps.k, maps.v, maps.o, schedule, extra...);
-  // CUDA_CHECK_LAUNCH with the kernel's name, which is not a literal here.
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) check_cuda(launched, ("launch of " + std::string(name)).c_str(), __FILE__, __LINE__);
+  CUDA_CHECK_LAUNCH_OF(name);
 }
 
 // A dense (kGrouped: GQA) problem on Scheduler: maps, schedule, grid, launch.
