@@ -88,6 +88,47 @@ __device__ __forceinline__ void stage_a_rows(const std::uint32_t (&a)[kCols / 16
 }
 
 #if LADDER_SM90A
+// stmatrix (sm_90): the inverse of ldmatrix.x4, four 8x8 b16 tiles from registers to shared memory.
+// Lanes 8i..8i+7 give the row addresses of tile i; every lane hands in one b32 of each tile in the
+// accumulator's layout (lane l: row l / 4, columns 2(l % 4), +1).
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t smem_row, const std::uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_row), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// stage_a_rows by stmatrix (step 36 on): one instruction per k16 slice stores a warp's 16 rows ×
+// 16 columns, where stage_a_rows spends eight 4-byte stores. The A registers of slice kk are four
+// 8x8 tiles in stmatrix's order: a[kk][0] rows 0-7 × columns 0-7 of the slice, [1] rows 8-15 ×
+// 0-7, [2] rows 0-7 × 8-15, [3] rows 8-15 × 8-15. Lane l addresses row l % 8 of tile l / 8. A
+// tile's 8 rows land in 8 different 16-byte chunks of the swizzle: conflict-free. `tile` is the
+// [kCols/64][kTileRows][64] tile's shared address, `row0` the warp's first row.
+template <int kCols, int kTileRows, class Element>
+__device__ __forceinline__ void stage_a_rows_stmatrix(const std::uint32_t (&a)[kCols / 16][4], std::uint32_t tile,
+                                                      int row0, int lane) {
+  const int row = row0 + ((lane / 8) % 2) * 8 + lane % 8;
+  const int half = lane / 16;  // columns 0-7 or 8-15 of the slice
+  const std::uint32_t row_addr = tile + row * kSwizzleRowBytes;
+#pragma unroll
+  for (int kk = 0; kk < kCols / 16; ++kk) {
+    const int chunk = (2 * kk + half) % 8;  // 16-byte chunk of the 64-column block, before the swizzle
+    const std::uint32_t block = (kk / 4) * kTileRows * kSwizzleRowBytes;
+    stmatrix_x4(row_addr + block + ((chunk ^ (row % 8)) * 16), a[kk]);
+  }
+}
+
+// issue_ds_k on descriptors (step 36 on): a_desc, b_desc = desc_mn_major of the dSᵀ column block
+// and of K's column block; the k16 steps (16 keys = 16 rows) are constant offsets from them.
+template <int kBlockN, class Element, int kDqRegs>
+__device__ __forceinline__ void issue_ds_k_desc(float (&dq)[kDqRegs], std::uint64_t a_desc, std::uint64_t b_desc) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const std::uint32_t key_rows = kk * 16 * kSwizzleRowBytes;
+    Wgmma<2 * kDqRegs, Element>::template ss_transposed<true, true>(dq, desc_advance(a_desc, key_rows),
+                                                                     desc_advance(b_desc, key_rows), kk > 0);
+  }
+}
+
 // The start of a backward CTA: its tensor maps prefetched, and the barriers of its Storage
 // initialised: kv_full and each stage's full complete on one arrival (the producer's
 // expect_tx), each stage's empty on `empty_arrivals`. One thread calls this; a __syncthreads must

@@ -27,6 +27,18 @@ __device__ __forceinline__ Storage& aligned_smem(unsigned char* raw) {
   return *reinterpret_cast<Storage*>(base);
 }
 
+// The same rounding as an offset added to `raw` itself (step 36 on). aligned_smem's integer round
+// trip hides from the compiler that the result points into shared memory, so every load and
+// store through the Storage is generic (LD/ST: an address-space test on every access, a long
+// scoreboard on every load). An offset from the extern __shared__ array keeps its provenance:
+// the accesses compile to LDS/STS.
+template <class Storage>
+__device__ __forceinline__ Storage& aligned_smem_shared(unsigned char* raw) {
+  const auto pad = (kSwizzleAlign - (reinterpret_cast<std::uintptr_t>(raw) & (kSwizzleAlign - 1))) &
+                   (kSwizzleAlign - 1);
+  return *reinterpret_cast<Storage*>(raw + pad);
+}
+
 // The same rounding for a kernel that lays its tiles out by hand (steps 16-19 do, to show the
 // bytes; from step 20 on an AttentionStorage struct does it, shared_storage.cuh).
 template <class Element>
