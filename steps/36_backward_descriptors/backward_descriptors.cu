@@ -336,6 +336,6 @@ LADDER_REGISTER_STEP(
         .add(variant<Lean::kStmatrix>("stmatrix",
                                       "shared_space, and dS^T staged by stmatrix (a warp's 16 x 16 slice per "
                                       "instruction, not eight 4-byte stores)"))
-        .main_is("stmatrix"));
+        .main_is("shared_space"));
 
 }  // namespace

@@ -97,6 +97,9 @@ RINGS = {
           ring("dS ring, two consumers", "bwd", 2, {64: 128, 128: 64})],
          {"present": ["kConsumers == 1 ? 64 : (kHeadDim == 64 ? 128 : 64)", "static constexpr int kStages = 2;",
                       "static constexpr int kDsStages = 2;"]}),
+    36: ([ring("Q/dO ring", "bwd", 2, {64: 128, 128: 64}), ring("dS ring", "bwd", 2, {64: 128, 128: 64})],
+         {"present": ["kBlockMOf = kHeadDim == 64 ? 128 : 64;", "static constexpr int kStages = 2;",
+                      "static constexpr int kDsStages = 2;"]}),
     # 26 and 27: step 22's three-consumer tile at D = 64 (192 rows, 4 stages), step 21's at D = 128.
     26: ([ring("K/V ring across tiles, D = 64", "persistent", 4, 128, 192, d=(64,)),
           ring("K/V ring across tiles, D = 128", "persistent", 3, 128, 128, d=(128,))],
@@ -330,7 +333,7 @@ def test_arguments(tmp):
     for bad, why in ((["--no-such-option", "x"], "unknown option"),
                      (["--steps", "3-x", "--print-problems"], "--steps takes"),
                      (["--steps", "9-3", "--print-problems"], "runs backwards"),
-                     (["--steps", "36", "--print-problems"], "there is no step 36"),
+                     (["--steps", "37", "--print-problems"], "there is no step 37"),
                      (["--steps", "99", "--print-problems"], "there is no step 99"),
                      (["--dtype", "fp32", "--print-problems"], "--dtype takes"),
                      (["--timeout", "0", "--print-problems"], "--timeout takes"),

@@ -148,17 +148,27 @@ __device__ __forceinline__ void init_backward_cta(Storage& st, int empty_arrival
 // Q and dO (TMA tiles) and their lse·log2(e) and D (bulk copies of the padded row buffers, from
 // the head's lse_head and d_head). Waits until the consumers have released the stage's previous
 // lap, announces all four copies' bytes and issues them, as pipeline.cuh's load_kv_block.
+// load_query_stage_at takes the block's statistics directly (a varlen batch's padded rows are not
+// its token rows: step 38); load_query_stage takes them at q_row of the head's buffers.
+template <std::uint32_t kQBytes, std::uint32_t kRowBytes, int kStages, class Storage>
+__device__ __forceinline__ void load_query_stage_at(Storage& st, int position, const CUtensorMap* tm_q,
+                                                    const CUtensorMap* tm_do, int q_row, int head,
+                                                    const float* lse_rows, const float* d_rows) {
+  const int stage = ring_stage<kStages>(position);
+  mbarrier_wait(&st.empty[stage], ring_parity<kStages>(position) ^ 1);
+  mbarrier_arrive_expect_tx(&st.full[stage], 2 * kQBytes + 2 * kRowBytes);
+  tma_load_tile(st.q[stage], tm_q, &st.full[stage], q_row, head);
+  tma_load_tile(st.d_o[stage], tm_do, &st.full[stage], q_row, head);
+  bulk_load(st.lse[stage], lse_rows, kRowBytes, &st.full[stage]);
+  bulk_load(st.d[stage], d_rows, kRowBytes, &st.full[stage]);
+}
+
 template <std::uint32_t kQBytes, std::uint32_t kRowBytes, int kStages, class Storage>
 __device__ __forceinline__ void load_query_stage(Storage& st, int position, const CUtensorMap* tm_q,
                                                  const CUtensorMap* tm_do, int q_row, int bh, const float* lse_head,
                                                  const float* d_head) {
-  const int stage = ring_stage<kStages>(position);
-  mbarrier_wait(&st.empty[stage], ring_parity<kStages>(position) ^ 1);
-  mbarrier_arrive_expect_tx(&st.full[stage], 2 * kQBytes + 2 * kRowBytes);
-  tma_load_tile(st.q[stage], tm_q, &st.full[stage], q_row, bh);
-  tma_load_tile(st.d_o[stage], tm_do, &st.full[stage], q_row, bh);
-  bulk_load(st.lse[stage], lse_head + q_row, kRowBytes, &st.full[stage]);
-  bulk_load(st.d[stage], d_head + q_row, kRowBytes, &st.full[stage]);
+  load_query_stage_at<kQBytes, kRowBytes, kStages>(st, position, tm_q, tm_do, q_row, bh, lse_head + q_row,
+                                                   d_head + q_row);
 }
 
 // dQ (64 queries × kChunk) = dS K over the kBlockN keys of the block, SS with both operands
