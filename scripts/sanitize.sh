@@ -74,8 +74,16 @@ problems_of() {
     # 24, 25: the Q/dO ring (and 25's dS ring) of 2 stages walked by a key block: 128 query rows at
     # D = 64 (24, 25's two consumers), 5 blocks, W = 2; 64 rows (D = 128, 25/one_consumer), 9
     # blocks, W = 4. 25's dQ convert grid is capped at 16·3 CTAs by --grid-sms 3: a strided walk.
-    # 36: step 25's two-consumer tiles (both rings 2 stages: 5 blocks at D = 64, 9 at D = 128).
-    6|16|17|18|24|25|36) echo "base --b 1 --heads 2 --n 563 --grid-sms 3" ;;
+    # 36, 39: step 25's two-consumer tiles (both rings 2 stages: 5 blocks at D = 64, 9 at D = 128).
+    6|16|17|18|24|25|36|39) echo "base --b 1 --heads 2 --n 563 --grid-sms 3" ;;
+    # 37 (GQA backward): the dense problem, and 4 query heads on 2 K/V heads: a CTA's ring runs on
+    # across the group's 2 heads, 10 blocks at D = 64 (W = 4), 18 at D = 128 (W = 8).
+    37) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"
+        echo "serving --b 1 --heads 4 --kv-heads 2 --n 563 --grid-sms 3" ;;
+    # 38 (varlen backward only): lengths 1, 113, 563, 64, 300, MHA and 4 query heads on 2 K/V heads:
+    # the 563-token sequence's key blocks walk 5 query blocks at D = 64 (W = 2; 10 with the group of
+    # 2), 9 at D = 128 (W = 4).
+    38) echo "serving --heads 4 --kv-heads 0,2 --varlen 1,113,563,64,300 --grid-sms 3" ;;
     # N = 777 = 6·128 + 9: 3-stage rings of 128 keys, 7 blocks per query block, W = 2 (19's
     # 2-stage variants: W = 3). Persistent (20, 21, 31-33, 35): 2 heads × 7 query blocks of 128
     # rows = 14 tiles on 3 CTAs (5, 5, 4 tiles with a static walk; 21/dynamic's counter decides its
@@ -107,7 +115,7 @@ problems_of() {
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-36"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-39"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0
