@@ -75,7 +75,11 @@ problems_of() {
     # D = 64 (24, 25's two consumers), 5 blocks, W = 2; 64 rows (D = 128, 25/one_consumer), 9
     # blocks, W = 4. 25's dQ convert grid is capped at 16·3 CTAs by --grid-sms 3: a strided walk.
     # 36, 39: step 25's two-consumer tiles (both rings 2 stages: 5 blocks at D = 64, 9 at D = 128).
-    6|16|17|18|24|25|36|39) echo "base --b 1 --heads 2 --n 563 --grid-sms 3" ;;
+    6|16|17|18|24|25|36) echo "base --b 1 --heads 2 --n 563 --grid-sms 3" ;;
+    # 39 both ways: on 3 SMs its 5 key blocks per head take the ascending order of turns, on the
+    # whole GPU the rotated walk (no mask) with its cycle of waits.
+    39) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"
+        echo "base --b 1 --heads 2 --n 563" ;;
     # 37 (GQA backward): the dense problem, and 4 query heads on 2 K/V heads: a CTA's ring runs on
     # across the group's 2 heads, 10 blocks at D = 64 (W = 4), 18 at D = 128 (W = 8).
     37) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"

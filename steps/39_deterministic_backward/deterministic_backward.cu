@@ -3,24 +3,33 @@
 // Every backward so far adds a query block's dQ into its fp32 accumulator from every key block's
 // CTA in whatever order the CTAs get there: float addition is not associative, so reruns differ
 // in the last bits (step 25's chapter measured by how much). Training that must reproduce a run
-// bit for bit asks for a fixed order. Here key block kb adds its share of query block m only
-// after key blocks 0 … kb − 1 have added theirs, for every m (FlashAttention-3's deterministic
-// mode, with the semaphores of step 24's `deterministic` variant):
+// bit for bit asks for a fixed order. Here the key blocks add their shares of each query block in
+// an order fixed by the shape, the same on every run (FlashAttention-3's deterministic mode, with
+// the semaphores of step 24's `deterministic` variant):
 //
 //   * a semaphore per (head, query block, consumer warp): each of the 8 consumer warps reduces
 //     its own 16 rows × 64 columns of the block's dQ, the same rows in every CTA, so the warps of
-//     one CTA never wait for one another, only for the same warp of the key block before;
-//   * lane 0 waits (an acquire load) until the semaphore holds kb, then issues its bulk
-//     reduce-add; it passes the turn (kb + 1, a release store) only once that add is complete,
-//     and it looks for completion a block later, at the next block's reduce, when it is long
-//     done: the wait stays off the products' path;
-//   * causal: the key blocks that reach a query block are 0 … some kb, all of the earlier ones
-//     included, so the turn rule is the same; the grid is step 25's head_by_head (the key blocks
-//     of a head dispatched in order), so a CTA only ever waits for one dispatched before it.
+//     one CTA never wait for one another, only for the same warp of the key block before it in the order;
+//   * lane 0 waits (an acquire load) until the semaphore holds its turn, then issues its bulk
+//     reduce-add; it passes the turn on (a release store) only once that add is complete, which
+//     it checks a block later, at its next add, when it is long done: off the products' path.
 //
-// The cost is a start-up skew: key block kb's first add waits for kb − 1's, so the CTAs of a head
-// run about a block apart, kb blocks behind the first. Everything else is step 36's shared_space
-// kernel.
+// Which order? Ascending key blocks over the natural walk (every CTA from query block 0 up) is a
+// staircase: key block kb's first add waits for kb − 1's, which waits for kb − 2's…, so CTA kb
+// idles about kb blocks and a head's CTAs take nearly twice as long. The order must follow the
+// order in which the CTAs reach a query block anyway:
+//   * causal: key block kb starts at the diagonal, query block kb·kBlockN/kBlockM, so the LAST key
+//     block that reaches a query block gets there first. The turns go from that key block down
+//     to 0, and the grid is numbered in reverse (x = 0 is the last key block), so a CTA only ever
+//     waits for one dispatched before it (FlashAttention-3's "SPT" order);
+//   * no mask: key block kb starts its walk at that same query block and wraps around, so at
+//     every step the CTAs of a head are at different query blocks; the turns of a query block go
+//     from the key block that starts nearest below it downwards, cyclically. Each CTA waits only
+//     for the next key block, which reached the query block a block earlier. That waits for CTAs
+//     dispatched after it (the cycle closes), which is safe only while all of a head's key blocks
+//     can be resident at once: with more key blocks than SMs the kernel takes the ascending order.
+//
+// Everything else is step 36's shared_space kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -95,7 +104,8 @@ struct Tile {
 };
 
 // ---- The main kernel ------------------------------------------------------------------------------
-// grid (ceil(N / kBlockN), B·H): the key blocks of one head dispatched together and in order.
+// grid (ceil(N / kBlockN), B·H): the key blocks of one head dispatched together (causal: the last
+// first). rotate: the no-mask walk starts at each key block's diagonal and wraps (see above).
 template <class T, bool kCausal>
 __global__ void __launch_bounds__(T::kThreads, 1)
     deterministic_backward_kernel(const __grid_constant__ CUtensorMap tm_q,
@@ -105,7 +115,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                                 const float* __restrict__ lse_log2, const float* __restrict__ d_rows,
                                 float* __restrict__ dq_acc, int* __restrict__ dq_sem,
                                 typename T::Element* __restrict__ dk, typename T::Element* __restrict__ dv,
-                                int n, int n_pad, int sems_per_head, float scale_log2, float scale) {
+                                int n, int n_pad, int sems_per_head, bool rotate, float scale_log2, float scale) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   constexpr int kBlockM = T::kBlockM;
@@ -119,9 +129,28 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tid = threadIdx.x;
   const int warpgroup = hopper::warpgroup_index();
   const int bh = blockIdx.y;
-  const int kv_start = blockIdx.x * kBlockN;
-  const int m_begin = kCausal ? kv_start / kBlockM : 0;  // causal: no block that ends before the keys
+  const int key_blocks = int(gridDim.x);
+  const int key_block = kCausal ? key_blocks - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int kv_start = key_block * kBlockN;
+  const int diagonal = kv_start / kBlockM;  // the first query block that reaches this key block's keys
+  const int m_begin = kCausal ? diagonal : 0;  // causal: no block that ends before the keys
   const int m_end = ceil_div(n, kBlockM);
+  const int m_count = m_end - m_begin;
+  // The i-th query block of the walk: in order, or (rotate) from the diagonal around.
+  auto m_at = [&](int i) {
+    if (kCausal || !rotate) return m_begin + i;
+    const int m = diagonal + i;
+    return m < m_end ? m : m - m_end;
+  };
+  // This key block's turn at query block m: how many key blocks add into m before it.
+  auto turn_at = [&](int m) {
+    const int nearest = min(key_blocks - 1, (m * kBlockM + kBlockM - 1) / kBlockN);  // the last key block m meets
+    if constexpr (kCausal) return nearest - key_block;  // from the last key block down to 0
+    if (!rotate) return key_block;
+    const int first = min(key_blocks - 1, m * kBlockM / kBlockN);  // starts nearest below m
+    const int t = first - key_block;
+    return t >= 0 ? t : t + key_blocks;
+  };
   if (tid == 0) hopper::init_backward_cta<kStages>(st, kEmptyArrivals, &tm_q, &tm_k, &tm_v, &tm_do);
   __syncthreads();
 
@@ -134,8 +163,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       hopper::tma_load_tile(st.v, &tm_v, &st.kv_full, kv_start, bh);
       const float* lse_head = lse_log2 + std::int64_t(bh) * n_pad;
       const float* d_head = d_rows + std::int64_t(bh) * n_pad;
-      for (int m = m_begin; m < m_end; ++m)
-        hopper::load_query_stage<T::kQBytes, T::kRowBytes, kStages>(st, m - m_begin, &tm_q, &tm_do, m * kBlockM,
+      for (int i = 0; i < m_count; ++i)
+        hopper::load_query_stage<T::kQBytes, T::kRowBytes, kStages>(st, i, &tm_q, &tm_do, m_at(i) * kBlockM,
                                                                     bh, lse_head, d_head);
     }
     return;
@@ -169,7 +198,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float* dq_head = dq_acc + std::int64_t(bh) * n_pad * kHeadDim;
   // This warp's semaphore of query block m, and the turn it passes once its add of block m is
   // complete (lane 0 only; -1: nothing to pass yet).
-  const int key_block = blockIdx.x;
   const int slot = int(threadIdx.x) / 32 - kWarpgroupThreads / 32;  // among the consumer warps
   auto sem_of = [&](int m) { return dq_sem + std::int64_t(bh) * sems_per_head + m * T::kDqSlots + slot; };
   int pending_m = -1;
@@ -177,12 +205,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (pending_m < 0) return;
     hopper::tma_store_wait_all();
     asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the async add before the release
-    bwd::pass_turn(sem_of(pending_m), key_block + 1);
+    bwd::pass_turn(sem_of(pending_m), turn_at(pending_m) + 1);
   };
   hopper::mbarrier_wait(&st.kv_full, 0);
 
-  auto block = [&](int m, auto masked) {
-    const int it = m - m_begin;
+  auto block = [&](int it, auto masked) {  // the walk's it-th query block
+    const int m = m_at(it);
     const int stage = hopper::ring_stage<kStages>(it);
     const std::uint32_t stage_bytes = stage * T::kQBytes;
     hopper::mbarrier_wait(&st.full[stage], hopper::ring_parity<kStages>(it));
@@ -247,7 +275,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       // wait for this block's turn. Only lane 0 adds, so only lane 0 waits.
       if (dq_lane == 0) {
         pass_pending_turn();
-        bwd::wait_turn(sem_of(m), key_block);
+        bwd::wait_turn(sem_of(m), turn_at(m));
         asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the acquire before the async add
         pending_m = m;
       }
@@ -268,9 +296,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int m_masked_end = ragged_keys ? m_end
                            : kCausal ? min(m_end, ceil_div(kv_start + kBlockN - 1, kBlockM))
                                      : m_begin;
-  int m = m_begin;
-  for (; m < m_masked_end; ++m) block(m, std::true_type{});
-  for (; m < m_end; ++m) block(m, std::false_type{});
+  // (Causal: the straddling blocks are the walk's first; without a mask, all blocks or none.)
+  int it = 0;
+  for (; it < m_masked_end - m_begin; ++it) block(it, std::true_type{});
+  for (; it < m_count; ++it) block(it, std::false_type{});
 
   // Epilogue: dK = scale · dSᵀ Q; rows past N are not stored.
 #pragma unroll
@@ -305,10 +334,14 @@ void launch(const BackwardArgs& args, cudaStream_t stream) {
       auto map = [&](const Element* x, int rows) {
         return hopper::make_attention_tensor_map(x, heads, n, kHeadDim, rows);
       };
-      const dim3 grid(unsigned(ceil_div(n, T::kBlockN)), unsigned(heads));
+      const int key_blocks = ceil_div(n, T::kBlockN);
+      const dim3 grid{unsigned(key_blocks), unsigned(heads)};
+      // The rotated walk's cycle of waits is safe while a head's key blocks fit on the GPU at once
+      // (one CTA an SM); beyond that, the ascending order (slower, never stuck).
+      const bool rotate = !kCausal && key_blocks <= (args.sm_count > 0 ? args.sm_count : 1);
       bwd::launch_main<T>(deterministic_backward_kernel<T, kCausal>, "deterministic_backward_kernel", grid, stream,
                           map(a.q, T::kBlockM), map(a.k, T::kBlockN), map(a.v, T::kBlockN), map(a.d_o, T::kBlockM),
-                          ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_sem, a.dk, a.dv, n, bwd::padded_rows(n), sems,
+                          ws.lse_log2, ws.delta, ws.dq_accum, ws.dq_sem, a.dk, a.dv, n, bwd::padded_rows(n), sems, rotate,
                           args.softmax_scale * ladder::kLog2e, args.softmax_scale);
     });
   });
