@@ -150,6 +150,16 @@ std::optional<std::string> validate(const AttentionShape& s) {
   return std::nullopt;
 }
 
+std::optional<std::string> validate_backward(const AttentionShape& s) {
+  if (auto error = validate(s)) return error;
+  if (s.paged())
+    return fmt::format("the backward takes a contiguous K/V, not a paged cache (asked for {})", s.to_string());
+  if (s.decode())
+    return fmt::format("the backward is self-attention: every sequence needs as many keys as queries "
+                       "(asked for {}; decode shapes have no backward)", s.to_string());
+  return std::nullopt;
+}
+
 std::optional<std::string> validate(const MatmulShape& s) {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0)
     return fmt::format("matrix sizes must be positive (got {})", s.to_string());
@@ -187,8 +197,8 @@ double min_bytes(const ReductionShape& s) { return 4.0 * double(s.count) + 4.0; 
 
 double backward_flops(const AttentionShape& s) { return 2.5 * flops(s); }
 double backward_min_bytes(const AttentionShape& s) {
-  // Q, K, V, O, dO in and dQ, dK, dV out, 2 bytes each; the fp32 log-sum-exp in.
-  return 8.0 * double(s.elements()) * 2.0 + 4.0 * double(s.rows());
+  // Q, O, dO in and dQ out; K, V in and dK, dV out (Hkv heads), 2 bytes each; the fp32 log-sum-exp in.
+  return (4.0 * double(s.elements()) + 4.0 * double(s.kv_rows()) * s.head_dim) * 2.0 + 4.0 * double(s.rows());
 }
 
 }  // namespace ladder

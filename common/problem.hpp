@@ -106,6 +106,10 @@ struct ReductionShape {
 std::optional<std::string> validate(const AttentionShape& s);
 std::optional<std::string> validate(const MatmulShape& s);
 std::optional<std::string> validate(const ReductionShape& s);
+// A backward problem (Part V, and Part VI's GQA and varlen): a valid attention shape that is
+// self-attention, every sequence as many keys as queries, with a contiguous K/V. Decode shapes
+// (kv_seqlen or kv_lens differing from the queries') and paged caches are refused with the reason.
+std::optional<std::string> validate_backward(const AttentionShape& s);
 
 // Useful floating-point operations. Attention counts the two matrix products, 4·B·H·N²·D; a causal
 // problem counts half of that (the convention of the FlashAttention papers: the exact number of
@@ -130,7 +134,8 @@ double backward_flops(const AttentionShape& s);
 double min_bytes(const AttentionShape& s);
 double min_bytes(const MatmulShape& s);
 double min_bytes(const ReductionShape& s);
-// Backward: Q, K, V, O, dO and the log-sum-exp read once, dQ, dK, dV written once.
+// Backward: Q, K, V, O, dO and the log-sum-exp read once, dQ, dK, dV written once (GQA: K, V,
+// dK, dV with Hkv heads).
 double backward_min_bytes(const AttentionShape& s);
 
 // A dimension for ragged tiles: how many blocks of `tile` cover `n`.

@@ -1,7 +1,7 @@
 #include "common/reference.hpp"
 
 #include "common/dtype.hpp"
-
+#include "common/reference_detail.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,26 +13,8 @@
 #include <type_traits>
 
 namespace ladder {
-namespace {
+namespace reference_detail {
 
-// Run fn(i) for i in [0, count) on all cores; results go to disjoint slots, so no locking.
-template <typename Fn>
-void parallel_rows(std::size_t count, Fn fn) {
-  const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 64);
-  if (count < 4 || threads == 1) {
-    for (std::size_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (std::size_t i = t; i < count; i += threads) fn(i);
-    });
-  for (auto& th : pool) th.join();
-}
-
-// One query row against keys 0 .. n_keys - 1, key j at k_head + j · key_stride (V alike):
-// key_stride is D in the dense layouts and Hkv · D in the packed variable-length one.
 void attention_row_fp64(const AttentionShape& s, const float* q_row, const float* k_head,
                         const float* v_head, std::int64_t key_stride, int n_keys, double* o,
                         double* lse) {
@@ -57,6 +39,12 @@ void attention_row_fp64(const AttentionShape& s, const float* q_row, const float
   for (int t = 0; t < d; ++t) o[t] /= l;
   *lse = m + std::log(l);
 }
+
+}  // namespace reference_detail
+
+namespace {
+using reference_detail::attention_row_fp64;
+using reference_detail::parallel_rows;
 
 void attention_row_low(const AttentionShape& s, const float* q_row, const float* k_head,
                        const float* v_head, std::int64_t key_stride, int n_keys, double* o,
@@ -111,6 +99,16 @@ std::int64_t RowIndex::lse_index(int b, int h, int i) const {
 std::int64_t RowIndex::key_stride() const {
   return s.varlen() ? std::int64_t(s.hkv()) * s.head_dim : s.head_dim;
 }
+RowIndex::Coord RowIndex::key_coord(std::int64_t row) const {
+  if (!s.varlen()) {
+    const std::int64_t bh = row / s.kv_len(0);
+    return {int(bh / s.hkv()), int(bh % s.hkv()), int(row % s.kv_len(0))};
+  }
+  const std::int64_t token = row / s.hkv();
+  const int b = int(std::upper_bound(cu_k.begin(), cu_k.end(), token) - cu_k.begin()) - 1;
+  return {b, int(row % s.hkv()), int(token - cu_k[std::size_t(b)])};
+}
+std::int64_t RowIndex::key_row(int b, int hk, int j) const { return key_offset(b, hk, j) / s.head_dim; }
 
 AttentionRows attention_reference(const AttentionShape& s, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
@@ -195,205 +193,22 @@ std::vector<std::int64_t> select_attention_rows(const AttentionShape& s, std::in
   return {chosen.begin(), chosen.end()};
 }
 
-// ---- the backward pass ----------------------------------------------------------------------
-ForwardForBackward forward_for_backward_fp64(const AttentionShape& s, std::span<const float> q,
-                                             std::span<const float> k, std::span<const float> v,
-                                             std::span<const float> d_o) {
-  ForwardForBackward out;
-  const std::size_t rows = std::size_t(s.rows());
-  const int d = s.head_dim;
-  out.o.resize(rows * d);
-  out.stats.lse.resize(rows);
-  out.stats.delta.resize(rows);
-  const std::int64_t head_elems = std::int64_t(s.seqlen) * d;
-  parallel_rows(rows, [&](std::size_t row) {
-    const std::int64_t bh = std::int64_t(row) / s.seqlen;
-    const int i = int(std::int64_t(row) % s.seqlen);
-    double* o = out.o.data() + row * d;
-    attention_row_fp64(s, q.data() + row * d, k.data() + bh * head_elems, v.data() + bh * head_elems,
-                       d, s.causal ? i + 1 : s.seqlen, o, &out.stats.lse[row]);
-    double delta = 0.0;
-    for (int t = 0; t < d; ++t) delta += double(d_o[row * d + t]) * o[t];
-    out.stats.delta[row] = delta;
-  });
-  return out;
-}
-
-BackwardStats backward_stats_low(const AttentionShape& s, std::span<const float> o_stored,
-                                 std::span<const float> d_o, std::span<const float> lse_stored) {
-  BackwardStats out;
-  const std::size_t rows = std::size_t(s.rows());
-  out.lse.assign(lse_stored.begin(), lse_stored.end());
-  out.delta.resize(rows);
-  for (std::size_t row = 0; row < rows; ++row) {
-    float delta = 0.f;
-    for (int t = 0; t < s.head_dim; ++t)
-      delta += d_o[row * s.head_dim + t] * o_stored[row * s.head_dim + t];
-    out.delta[row] = delta;
+std::vector<std::int64_t> select_key_rows(const AttentionShape& s, std::int64_t max_rows,
+                                          std::uint64_t seed) {
+  // The key rows of s are the query rows of a problem with Hkv heads and the key lengths.
+  AttentionShape keys = s;
+  keys.heads = s.hkv();
+  keys.kv_heads = 0;
+  keys.page_size = 0;
+  if (s.varlen()) {
+    keys.q_lens = s.kv_lens.empty() ? s.q_lens : s.kv_lens;
+    keys.kv_lens.clear();
+    keys.seqlen = s.max_kv_len();
+  } else {
+    keys.seqlen = s.kv_len(0);
+    keys.kv_seqlen = 0;
   }
-  return out;
-}
-
-namespace {
-// One gradient row in precision T (double, or float with the kernel's roundings). Query row i:
-// dQ_i = scale Σ_j dS_ij K_j over the keys it sees. Key row j: dV_j = Σ_i P_ij dO_i and
-// dK_j = scale Σ_i dS_ij Q_i over the query rows that see it.
-template <typename T>
-struct GradientRow {
-  const AttentionShape& s;
-  const BackwardInputs& in;
-  const BackwardStats& stats;
-  std::int64_t bh;  // (batch, head)
-
-  const float* at(std::span<const float> x, int row) const {
-    return x.data() + (bh * s.seqlen + row) * s.head_dim;
-  }
-  T round(T x) const {
-    if constexpr (std::is_same_v<T, float>) return round_to(s.dtype, x);
-    return x;
-  }
-  T dot(const float* a, const float* b) const {
-    T acc = 0;
-    for (int t = 0; t < s.head_dim; ++t) acc += T(a[t]) * T(b[t]);
-    return acc;
-  }
-  // P_ij and dS_ij (each rounded as it feeds a product in low precision).
-  void probabilities(int i, int j, T* p, T* ds) const {
-    const std::int64_t row = bh * s.seqlen + i;
-    const T score = dot(at(in.q, i), at(in.k, j)) * scale();
-    const T prob = std::exp(score - T(stats.lse[row]));
-    const T dp = dot(at(in.d_o, i), at(in.v, j));
-    *p = round(prob);
-    *ds = round(prob * (dp - T(stats.delta[row])));
-  }
-  T scale() const {
-    return std::is_same_v<T, float> ? T(s.softmax_scale()) : T(1.0 / std::sqrt(double(s.head_dim)));
-  }
-  // The magnitude that dS_ij's cancellation is made of: P_ij (Σ_d |dO_id V_jd| + |D_i|).
-  double cancelling(int i, int j) const {
-    const std::int64_t row = bh * s.seqlen + i;
-    double magnitude = std::fabs(stats.delta[row]);
-    for (int t = 0; t < s.head_dim; ++t) magnitude += std::fabs(double(at(in.d_o, i)[t]) * at(in.v, j)[t]);
-    return exact_p(i, j) * magnitude;
-  }
-  double exact_p(int i, int j) const {
-    double score = 0;
-    for (int t = 0; t < s.head_dim; ++t) score += double(at(in.q, i)[t]) * at(in.k, j)[t];
-    return std::exp(score / std::sqrt(double(s.head_dim)) - stats.lse[bh * s.seqlen + i]);
-  }
-  double max_abs(const float* x) const {
-    double m = 0;
-    for (int t = 0; t < s.head_dim; ++t) m = std::max(m, std::fabs(double(x[t])));
-    return m;
-  }
-  // The two rounding noises a correct kernel carries and the low-precision reference samples only
-  // once (its own realization), so that 2× its error is no bound where the realization is small:
-  // - fp32: dP_ij and D_i are D-long dot products, off by about ε₃₂·sqrt(D)·Σ|terms| each, and
-  //   where dP ≈ D (a row with one key, a near one-hot P) that residue is all dS has;
-  // - the element type: P and dS are rounded before their products (unit roundoff u), and a
-  //   gradient row is a cancelling sum (Σ_j dS_ij = 0): the roundings add up to about
-  //   u·sqrt(Σ_j term_j²), term_j = |dS_ij|·max|K_j| (or |P_ij|·max|dO_i| for dV), whatever the
-  //   size of the result. A kernel whose fp32 dS differs from the reference's in the last bit
-  //   rounds some of them the other way: a fresh sample of that noise.
-  static constexpr double kEpsilon32 = 0x1p-24;  // fp32's unit roundoff
-  double unit_roundoff() const { return std::ldexp(1.0, -fraction_bits(s.dtype) - 1); }
-  struct Noise {
-    double residue = 0;   // Σ_j P_ij (Σ|dO V| + |D|) · max|X_j|
-    double squares = 0;   // Σ_j term_j²
-    double floor(const GradientRow& g, bool has_ds) const {
-      const double fp32 = has_ds ? kEpsilon32 * std::sqrt(double(g.s.head_dim)) * residue : 0.0;
-      return double(has_ds ? g.scale() : T(1)) * fp32 + g.unit_roundoff() * std::sqrt(squares);
-    }
-  };
-
-  void query(int i, double* dq, double* floor) const {
-    std::vector<T> acc(s.head_dim, T(0));
-    Noise noise;
-    const int last = s.causal ? i : s.seqlen - 1;
-    for (int j = 0; j <= last; ++j) {
-      T p, ds;
-      probabilities(i, j, &p, &ds);
-      const float* kj = at(in.k, j);
-      for (int t = 0; t < s.head_dim; ++t) acc[t] += ds * T(kj[t]);
-      if (floor) {
-        noise.residue += cancelling(i, j) * max_abs(kj);
-        const double term = double(scale()) * std::fabs(double(ds)) * max_abs(kj);
-        noise.squares += term * term;
-      }
-    }
-    for (int t = 0; t < s.head_dim; ++t) dq[t] = double(round(acc[t] * scale()));
-    if (floor) *floor = noise.floor(*this, true);
-  }
-  void key(int j, double* dk, double* dv, double* floor_k, double* floor_v) const {
-    std::vector<T> acc_k(s.head_dim, T(0)), acc_v(s.head_dim, T(0));
-    Noise noise_k, noise_v;
-    for (int i = s.causal ? j : 0; i < s.seqlen; ++i) {
-      T p, ds;
-      probabilities(i, j, &p, &ds);
-      const float* qi = at(in.q, i);
-      const float* doi = at(in.d_o, i);
-      for (int t = 0; t < s.head_dim; ++t) {
-        acc_v[t] += p * T(doi[t]);
-        acc_k[t] += ds * T(qi[t]);
-      }
-      if (floor_k) {
-        noise_k.residue += cancelling(i, j) * max_abs(qi);
-        const double term_k = double(scale()) * std::fabs(double(ds)) * max_abs(qi);
-        const double term_v = std::fabs(double(p)) * max_abs(doi);
-        noise_k.squares += term_k * term_k;
-        noise_v.squares += term_v * term_v;
-      }
-    }
-    for (int t = 0; t < s.head_dim; ++t) {
-      dk[t] = double(round(acc_k[t] * scale()));
-      dv[t] = double(round(acc_v[t]));
-    }
-    if (floor_k) *floor_k = noise_k.floor(*this, true);
-    if (floor_v) *floor_v = noise_v.floor(*this, false);
-  }
-};
-
-template <typename T>
-void backward_rows(const AttentionShape& s, const BackwardInputs& in, const BackwardStats& stats,
-                   BackwardRows& out) {
-  const int d = s.head_dim;
-  const bool floors = !out.dq_floor.empty() || !out.dk_floor.empty();
-  parallel_rows(out.q_rows.size() + out.k_rows.size(), [&](std::size_t r) {
-    if (r < out.q_rows.size()) {
-      const std::int64_t row = out.q_rows[r];
-      GradientRow<T>{s, in, stats, row / s.seqlen}.query(int(row % s.seqlen), out.dq.data() + r * d,
-                                                          floors ? &out.dq_floor[r] : nullptr);
-    } else {
-      const std::size_t kr = r - out.q_rows.size();
-      const std::int64_t row = out.k_rows[kr];
-      GradientRow<T>{s, in, stats, row / s.seqlen}.key(int(row % s.seqlen), out.dk.data() + kr * d,
-                                                        out.dv.data() + kr * d,
-                                                        floors ? &out.dk_floor[kr] : nullptr,
-                                                        floors ? &out.dv_floor[kr] : nullptr);
-    }
-  });
-}
-}  // namespace
-
-BackwardRows backward_reference(const AttentionShape& s, const BackwardInputs& in,
-                                const BackwardStats& stats, std::span<const std::int64_t> q_rows,
-                                std::span<const std::int64_t> k_rows, Precision precision) {
-  BackwardRows out;
-  out.q_rows.assign(q_rows.begin(), q_rows.end());
-  out.k_rows.assign(k_rows.begin(), k_rows.end());
-  out.dq.resize(q_rows.size() * s.head_dim);
-  out.dk.resize(k_rows.size() * s.head_dim);
-  out.dv.resize(k_rows.size() * s.head_dim);
-  if (precision == Precision::Fp64) {
-    out.dq_floor.resize(q_rows.size());
-    out.dk_floor.resize(k_rows.size());
-    out.dv_floor.resize(k_rows.size());
-  }
-  if (precision == Precision::Fp64)
-    backward_rows<double>(s, in, stats, out);
-  else
-    backward_rows<float>(s, in, stats, out);
-  return out;
+  return select_attention_rows(keys, max_rows, seed);
 }
 
 MatmulRows matmul_reference(const MatmulShape& s, std::span<const float> a,

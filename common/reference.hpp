@@ -35,6 +35,11 @@ struct RowIndex {
   std::int64_t key_offset(int b, int hk, int j) const;  // in the logical (unpaged) K and V
   std::int64_t lse_index(int b, int h, int i) const;
   std::int64_t key_stride() const;  // elements from key j to key j + 1
+  // Key rows numbered as they lie in K and V (and dK, dV): row r starts at element r·D. Dense,
+  // r = (b·Hkv + hk)·Nk + j; packed variable-length, r = (cu_seqlens_k[b] + j)·Hkv + hk. The
+  // coordinate is {b, hk, j} (Coord's h is the K/V head, its i the key).
+  Coord key_coord(std::int64_t row) const;
+  std::int64_t key_row(int b, int hk, int j) const;
   AttentionShape s;
   std::vector<int> cu_q, cu_k;
 };
@@ -53,37 +58,43 @@ AttentionRows attention_reference(const AttentionShape& shape, std::span<const f
                                   std::span<const float> k, std::span<const float> v,
                                   std::span<const std::int64_t> rows, Precision precision);
 
-// ---- The backward pass (Part V) --------------------------------------------------------------
+// ---- The backward pass (Part V; GQA and varlen, Part VI) -------------------------------------
 // With P = softmax(S·scale) row by row and dO = ∂L/∂O:
 //   dV = Pᵀ dO,  dP = dO Vᵀ,  D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij),  dS = P ∘ (dP − D_i),
 //   dQ = scale · dS K,  dK = scale · dSᵀ Q.
-// A gradient row of dK or dV (key j) sums over every query row i, and each term needs that row's
+// A gradient row of dK or dV (key j of K/V head hk) sums over every query row i of every query
+// head of hk's group (h / group == hk; GQA) that sees it, and each term needs that row's
 // log-sum-exp and D_i: the per-row statistics below, computed once for the whole problem.
+// The layouts are the forward's (common/problem.hpp; BackwardArgs): Q, O, dO, dQ as Q; K, V, dK,
+// dV as K; a packed variable-length batch is attended per sequence (causal inside each).
+// A backward problem is self-attention (validate_backward: as many keys as queries in every
+// sequence, K/V contiguous).
 struct BackwardStats {
-  std::vector<double> lse;    // shape.rows(): log-sum-exp of each query row
-  std::vector<double> delta;  // shape.rows(): D_i
+  std::vector<double> lse;    // shape.rows(), by query row (RowIndex::row): log-sum-exp of each
+  std::vector<double> delta;  // shape.rows(), by query row: D_i
 };
 
 // The exact statistics and output of every row, in fp64 on the CPU (the forward of every row:
 // B·H·N²·D multiply-adds, for tests and small problems; the runner uses the GPU's fp64 forward,
 // common/reference_gpu.hpp, and checks it against attention_reference on its sampled rows).
 struct ForwardForBackward {
-  std::vector<double> o;  // shape.elements()
+  std::vector<double> o;  // shape.elements(), in Q's layout
   BackwardStats stats;
 };
 ForwardForBackward forward_for_backward_fp64(const AttentionShape& shape, std::span<const float> q,
                                              std::span<const float> k, std::span<const float> v,
                                              std::span<const float> d_o);
 
-// The statistics a low-precision kernel works from: the forward's stored fp32 LSE as it is, and
-// D_i summed in fp32 from the stored (rounded) O, as a preprocess kernel computes it.
+// The statistics a low-precision kernel works from: the forward's stored fp32 LSE as it is (read
+// at lse_index, the forward's layout, and put in query-row order), and D_i summed in fp32 from the
+// stored (rounded) O, as a preprocess kernel computes it.
 BackwardStats backward_stats_low(const AttentionShape& shape, std::span<const float> o_stored,
                                  std::span<const float> d_o, std::span<const float> lse_stored);
 
-// Rows of dQ (query rows `q_rows`) and of dK, dV (key rows `k_rows`), as global row indices
-// (b·H + h)·N + i. Fp64: every operation in double from exact statistics. Low: fp32 scores and
-// sums, P and dS rounded to the element type before the products they feed (as a kernel feeds
-// them to the tensor cores), fp32 accumulation, the gradients rounded to the element type.
+// Rows of dQ (query rows `q_rows`, numbered as RowIndex::row) and of dK, dV (key rows `k_rows`,
+// numbered as RowIndex::key_row). Fp64: every operation in double from exact statistics. Low:
+// fp32 scores and sums, P and dS rounded to the element type before the products they feed (as a
+// kernel feeds them to the tensor cores), fp32 accumulation, the gradients rounded to the element type.
 struct BackwardRows {
   std::vector<std::int64_t> q_rows, k_rows;
   std::vector<double> dq;  // q_rows.size() × D
@@ -91,11 +102,13 @@ struct BackwardRows {
   std::vector<double> dv;  // k_rows.size() × D
   // Per row (Fp64 only), the rounding noise a correct kernel carries that the low-precision
   // reference samples only once, so that twice its error is no bound where its sample happens to
-  // be small (reference.cpp, GradientRow::Noise, says how each is estimated):
+  // be small (reference_backward.cpp, GradientRow::Noise, says how each is estimated):
   //   fp32:         ε₃₂·sqrt(D)·scale·Σ_j P_ij (Σ_d |dO_id V_jd| + |D_i|)·max|K_j|  (dQ; dK with Q)
   //                 the residue of dP − D where they cancel (one key: dS = 0 exactly);
   //   element type: u·sqrt(Σ_j (scale·|dS_ij|·max|K_j|)²)  (dQ; dK with Q; dV: |P_ij|·max|dO_i|)
   //                 the roundings of P and dS, in a cancelling sum (Σ_j dS_ij = 0).
+  // A dK or dV row's sums run over every (query head of the group, query) pair that sees its
+  // key, so under GQA they hold group × as many terms as an MHA row's.
   // Round 1 of Part V on the H200 needed both: with large logits and at N = 8192, D = 128, steps
   // 24 and 25 and cuDNN erred by the same 1.1–1.4× (cuDNN's dK up to 5×) a tolerance without them.
   std::vector<double> dq_floor;  // q_rows.size()
@@ -103,7 +116,7 @@ struct BackwardRows {
   std::vector<double> dv_floor;  // k_rows.size()
 };
 struct BackwardInputs {
-  std::span<const float> q, k, v, d_o;  // widened element values, [B, H, N, D]
+  std::span<const float> q, k, v, d_o;  // widened element values: Q and dO as Q, K and V as K
 };
 BackwardRows backward_reference(const AttentionShape& shape, const BackwardInputs& in,
                                 const BackwardStats& stats, std::span<const std::int64_t> q_rows,
@@ -150,6 +163,11 @@ PagedCache page_cache(const AttentionShape& s, const RowIndex& index, std::span<
 // (sequence, head, 128-query tile) and each sequence's first and last query.
 std::vector<std::int64_t> select_attention_rows(const AttentionShape& shape, std::int64_t max_rows,
                                                 std::uint64_t seed);
+// The same over a problem's key rows (RowIndex::key_row): every (sequence, K/V head, 128-key
+// tile) and each sequence's first and last key, a sequence of one key included; for the dK and
+// dV rows of the backward.
+std::vector<std::int64_t> select_key_rows(const AttentionShape& shape, std::int64_t max_rows,
+                                          std::uint64_t seed);
 
 // Online softmax over one row processed in blocks, the algorithm every FlashAttention step
 // implements: returns softmax(x) computed block by block with a running max m and sum l, each

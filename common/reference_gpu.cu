@@ -36,18 +36,65 @@ __device__ double warp_sum(double x) {
   return x;
 }
 
+// What the kernel needs of the shape (an AttentionShape holds host vectors: not for a kernel).
+struct Geometry {
+  int batch, heads, group, hkv, seqlen, kv_seqlen, head_dim;
+  bool causal;
+  std::int64_t rows, total_q;
+  const int* cu_q;  // varlen: the prefix sums ([batch + 1], device); null when dense
+  const int* cu_k;
+};
+
+// Where query row `row` (RowIndex::row's numbering) and the keys it attends lie.
+struct RowPlace {
+  std::int64_t k_head;      // element offset of its K/V head's key 0
+  std::int64_t key_stride;  // elements from key j to key j + 1
+  std::int64_t lse;         // its index in the LSE (lse_index)
+  int n_keys;               // the keys it sees
+};
+__device__ RowPlace place(const Geometry& g, std::int64_t row) {
+  RowPlace p;
+  int i, nq, nk;
+  if (!g.cu_q) {  // [B, H, N, D] against [B, Hkv, Nk, D]
+    const std::int64_t bh = row / g.seqlen;
+    const int b = int(bh / g.heads), hk = int(bh % g.heads) / g.group;
+    i = int(row % g.seqlen);
+    nq = g.seqlen;
+    nk = g.kv_seqlen;
+    p.k_head = (std::int64_t(b) * g.hkv + hk) * nk * g.head_dim;
+    p.key_stride = g.head_dim;
+    p.lse = row;
+  } else {  // [total_q, H, D] against [total_k, Hkv, D]: find the sequence of the token
+    const std::int64_t token = row / g.heads;
+    const int h = int(row % g.heads);
+    int lo = 0, hi = g.batch;  // cu_q[lo] <= token < cu_q[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (g.cu_q[mid] <= token) lo = mid;
+      else hi = mid;
+    }
+    i = int(token - g.cu_q[lo]);
+    nq = g.cu_q[lo + 1] - g.cu_q[lo];
+    nk = g.cu_k[lo + 1] - g.cu_k[lo];
+    p.k_head = (std::int64_t(g.cu_k[lo]) * g.hkv + h / g.group) * g.head_dim;
+    p.key_stride = std::int64_t(g.hkv) * g.head_dim;
+    p.lse = std::int64_t(h) * g.total_q + token;
+  }
+  p.n_keys = g.causal ? min(nk, nk - nq + i + 1) : nk;  // causal aligned to the end
+  return p;
+}
+
 // The online softmax in fp64, key by key: the same result as two passes, to rounding in the
 // last bits of a double, far below any fp16 or bf16 tolerance.
 template <class Element>
-__global__ void forward_fp64_kernel(AttentionShape s, const std::uint16_t* q, const std::uint16_t* k,
+__global__ void forward_fp64_kernel(Geometry g, const std::uint16_t* q, const std::uint16_t* k,
                                     const std::uint16_t* v, const std::uint16_t* d_o,
                                     ForwardForBackwardDevice out) {
   const int lane = threadIdx.x % kWarp;
   const std::int64_t row = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= std::int64_t(s.batch) * s.heads * s.seqlen) return;
-  const int d = s.head_dim;
-  const int i = int(row % s.seqlen);
-  const std::int64_t head = (row / s.seqlen) * s.seqlen * d;
+  if (row >= g.rows) return;
+  const int d = g.head_dim;
+  const RowPlace at = place(g, row);
   const double scale = 1.0 / sqrt(double(d));
 
   double q_reg[kMaxPerLane], o[kMaxPerLane];
@@ -57,12 +104,12 @@ __global__ void forward_fp64_kernel(AttentionShape s, const std::uint16_t* q, co
     o[c] = 0.0;
   }
   double m = -INFINITY, l = 0.0;
-  const int n_keys = s.causal ? i + 1 : s.seqlen;
-  for (int j = 0; j < n_keys; ++j) {
+  for (int j = 0; j < at.n_keys; ++j) {
+    const std::int64_t key = at.k_head + std::int64_t(j) * at.key_stride;
     double partial = 0.0;
     for (int c = 0; c < kMaxPerLane; ++c) {
       const int t = lane + kWarp * c;
-      if (t < d) partial += q_reg[c] * widen<Element>(k[head + std::int64_t(j) * d + t]);
+      if (t < d) partial += q_reg[c] * widen<Element>(k[key + t]);
     }
     const double score = warp_sum(partial) * scale;
     const double m_new = fmax(m, score);
@@ -71,7 +118,7 @@ __global__ void forward_fp64_kernel(AttentionShape s, const std::uint16_t* q, co
     l = l * correction + p;
     for (int c = 0; c < kMaxPerLane; ++c) {
       const int t = lane + kWarp * c;
-      if (t < d) o[c] = o[c] * correction + p * widen<Element>(v[head + std::int64_t(j) * d + t]);
+      if (t < d) o[c] = o[c] * correction + p * widen<Element>(v[key + t]);
     }
     m = m_new;
   }
@@ -88,7 +135,7 @@ __global__ void forward_fp64_kernel(AttentionShape s, const std::uint16_t* q, co
   if (lane == 0) {
     const double lse = m + log(l);
     out.lse64[row] = lse;
-    out.lse[row] = float(lse);
+    out.lse[at.lse] = float(lse);
     out.delta64[row] = delta;
   }
 }
@@ -97,15 +144,23 @@ __global__ void forward_fp64_kernel(AttentionShape s, const std::uint16_t* q, co
 
 void forward_for_backward_gpu(const AttentionShape& s, const std::uint16_t* q, const std::uint16_t* k,
                               const std::uint16_t* v, const std::uint16_t* d_o,
-                              const ForwardForBackwardDevice& out, cudaStream_t stream) {
+                              const ForwardForBackwardDevice& out, cudaStream_t stream,
+                              const int* cu_seqlens_q, const int* cu_seqlens_k) {
   if (s.head_dim > kMaxHeadDim)
     throw std::invalid_argument("the fp64 forward of the backward reference takes D <= 256");
+  if (s.paged())
+    throw std::invalid_argument("the fp64 forward of the backward reference takes a contiguous K/V, not pages");
+  if (s.varlen() && (!cu_seqlens_q || !cu_seqlens_k))
+    throw std::invalid_argument("the fp64 forward of a variable-length batch needs the device cu_seqlens_q and cu_seqlens_k");
+  const Geometry g{s.batch, s.heads, s.group(), s.hkv(), s.seqlen, s.kv_len(0), s.head_dim, s.causal,
+                   s.rows(), s.total_q(), s.varlen() ? cu_seqlens_q : nullptr,
+                   s.varlen() ? cu_seqlens_k : nullptr};
   const dim3 grid(unsigned(ceil_div(s.rows(), std::int64_t(kRowsPerBlock))));
   const dim3 block(kRowsPerBlock * kWarp);
   if (s.dtype == DType::F16)
-    forward_fp64_kernel<__half><<<grid, block, 0, stream>>>(s, q, k, v, d_o, out);
+    forward_fp64_kernel<__half><<<grid, block, 0, stream>>>(g, q, k, v, d_o, out);
   else
-    forward_fp64_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(s, q, k, v, d_o, out);
+    forward_fp64_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(g, q, k, v, d_o, out);
   CUDA_CHECK_LAUNCH("forward_fp64_kernel");
 }
 

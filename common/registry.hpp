@@ -107,22 +107,36 @@ struct ReductionArgs {
 // The backward pass (Part V): from Q, K, V, the forward's O and log-sum-exp and the upstream
 // gradient dO, the gradients dQ, dK, dV of L with dO = ∂L/∂O. Shapes as AttentionArgs; the
 // tensors travel as fp16 pointers whatever the type, read through as<Element>().
+//
+// Layouts (common/problem.hpp's offsets, the forward's): dense (GQA when shape.kv_heads < heads)
+//   Q, O, dO, dQ [B, H, N, D];   K, V, dK, dV [B, Hkv, N, D];   LSE [B, H, N];
+// packed variable-length (shape.q_lens; variants that serve Feature::Varlen)
+//   Q, O, dO, dQ [total_q, H, D]; K, V, dK, dV [total_k, Hkv, D]; LSE [H, total_q]
+//   (shape.lse_index(b, h, i), as the forward writes it).
+// A backward problem is self-attention: every sequence has as many keys as queries (causal: key j
+// is seen by queries i >= j of its sequence); decode shapes and paged caches have no backward
+// (validate_backward). dK and dV of key head hk are sums over its group of query heads
+// (h / shape.group() == hk).
 struct BackwardArgs {
   AttentionShape shape;
   float softmax_scale;  // 1 / sqrt(D)
-  const __half* q;      // [B, H, N, D]
+  const __half* q;      // as the layouts above
   const __half* k;
   const __half* v;
   const __half* o;      // the forward's output (rounded to the element type, as a forward stores it)
   const __half* d_o;    // ∂L/∂O
-  const float* lse;     // [B, H, N]: the forward's log-sum-exp (natural log, of the scaled logits)
-  __half* dq;           // [B, H, N, D], each poisoned with NaN before the launch: every element
+  const float* lse;     // the forward's log-sum-exp (natural log, of the scaled logits)
+  __half* dq;           // each poisoned with NaN before the launch: every element
   __half* dk;           //   must be written
   __half* dv;
   void* workspace;      // workspace_bytes(shape) bytes, or null; not cleared (a launch zeroes
                         //   what it accumulates into, inside its own timed work)
   int sm_count = 0;
   std::size_t l2_bytes = 0;
+  // Varlen (device pointers, [B + 1], as AttentionArgs'), null when dense: sequence b's queries
+  // are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1, its keys alike (the same lengths).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
 
   template <class Element>
   struct Tensors {

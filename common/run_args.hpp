@@ -46,25 +46,30 @@ inline AttentionArgs attention_args(const AttentionShape& shape, const void* q, 
   return args;
 }
 
-// The backward's inputs (Q, K, V, the forward's O and LSE, dO) and its gradients dQ, dK, dV.
+// The backward's inputs (Q, K, V, the forward's O and LSE, dO) and its gradients dQ, dK, dV; a
+// variable-length batch's device prefix sums (BackwardArgs says what each holds), null when dense.
 inline BackwardArgs backward_args(const AttentionShape& shape, const void* q, const void* k,
                                   const void* v, const void* o, const void* d_o, const float* lse,
                                   void* dq, void* dk, void* dv, void* workspace,
-                                  LaunchDevice device) {
-  return {shape,
-          shape.softmax_scale(),
-          static_cast<const __half*>(q),
-          static_cast<const __half*>(k),
-          static_cast<const __half*>(v),
-          static_cast<const __half*>(o),
-          static_cast<const __half*>(d_o),
-          lse,
-          static_cast<__half*>(dq),
-          static_cast<__half*>(dk),
-          static_cast<__half*>(dv),
-          workspace,
-          device.sm_count,
-          device.l2_bytes};
+                                  LaunchDevice device, const int* cu_seqlens_q = nullptr,
+                                  const int* cu_seqlens_k = nullptr) {
+  BackwardArgs args{shape,
+                    shape.softmax_scale(),
+                    static_cast<const __half*>(q),
+                    static_cast<const __half*>(k),
+                    static_cast<const __half*>(v),
+                    static_cast<const __half*>(o),
+                    static_cast<const __half*>(d_o),
+                    lse,
+                    static_cast<__half*>(dq),
+                    static_cast<__half*>(dk),
+                    static_cast<__half*>(dv),
+                    workspace,
+                    device.sm_count,
+                    device.l2_bytes};
+  args.cu_seqlens_q = cu_seqlens_q;
+  args.cu_seqlens_k = cu_seqlens_k;
+  return args;
 }
 
 }  // namespace ladder

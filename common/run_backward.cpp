@@ -1,5 +1,5 @@
-// The backward attention problem (Part V): dQ, dK and dV of a dense problem, each gradient
-// checked against the fp64 reference.
+// The backward attention problem (Part V, and Part VI's GQA and variable-length batches): dQ, dK
+// and dV, each gradient checked against the fp64 reference. Layouts as BackwardArgs gives them.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -61,51 +61,68 @@ ErrorStats worst_gradient(const std::vector<std::pair<std::string, ErrorStats>>&
   return *worst;
 }
 
+// The tensors' element counts: Q, O, dO and dQ; K, V, dK and dV (Hkv heads).
+std::size_t q_elements(const AttentionShape& s) { return std::size_t(s.elements()); }
+std::size_t kv_elements(const AttentionShape& s) { return std::size_t(s.kv_rows()) * s.head_dim; }
+
 // The problem's memory, checked before anything is allocated.
 void ensure_backward_fits(const Session& session, const AttentionShape& shape,
                           std::span<const VariantRef> variants) {
-  const std::size_t elements = std::size_t(shape.elements());
-  // Q, K, V, O, dO in and dQ, dK, dV out (16-bit), the stored LSE (fp32) and the exact statistics
-  // (two doubles a row).
-  ensure_fits(8 * elements * sizeof(std::uint16_t) +
+  const std::size_t nq = q_elements(shape), nkv = kv_elements(shape);
+  // Q, O, dO in and dQ out, K, V in and dK, dV out (16-bit), the stored LSE (fp32), the exact
+  // statistics (two doubles a row) and the prefix sums.
+  ensure_fits((4 * nq + 4 * nkv) * sizeof(std::uint16_t) +
                   std::size_t(shape.rows()) * (sizeof(float) + 2 * sizeof(double)) +
-                  2 * session.gpu.l2_bytes,
+                  2 * (std::size_t(shape.batch) + 1) * sizeof(int) + 2 * session.gpu.l2_bytes,
               "Q, K, V, O, dO, dQ, dK, dV and the row statistics");
-  // Host: Q, K, V, dO and O as 16-bit and widened (6 bytes an element each), and the three
+  // Host: Q, dO, O, K and V as 16-bit and widened (6 bytes an element each), and the three
   // gradients as 16-bit and widened: the checked ones, their rerun and every kept baseline.
-  ensure_host_fits(elements * (5 * 6 + 3 * 6 * (2 + baselines_needed(variants, &shape).size())),
+  ensure_host_fits((3 * nq + 2 * nkv) * 6 +
+                       (nq + 2 * nkv) * 6 * (2 + baselines_needed(variants, &shape).size()),
                    "Q, K, V, dO, O and the gradients kept for comparison");
 }
 
 // The seeded inputs on the host and on the device, the forward the backward starts from (O and
 // the LSE as a forward stores them, and the exact statistics for the fp64 reference), and the
-// gradients' buffers every variant writes.
+// gradients' buffers every variant writes. Dense MHA draws K and V exactly as it always has.
 struct BackwardBuffers {
   BackwardBuffers(Session& session, const AttentionShape& shape, const RunOptions& options)
-      : q(random_tensor16(std::size_t(shape.elements()), options.seed, kStreamQ, shape.dtype, options.q_scale)),
-        k(random_tensor16(std::size_t(shape.elements()), options.seed, kStreamK, shape.dtype, options.k_scale)),
-        v(random_tensor16(std::size_t(shape.elements()), options.seed, kStreamV, shape.dtype)),
-        d_o(random_tensor16(std::size_t(shape.elements()), options.seed, kStreamDO, shape.dtype)),
-        dev_q(q.bits.size()), dev_k(q.bits.size()), dev_v(q.bits.size()), dev_do(q.bits.size()),
-        dev_o(q.bits.size()), dev_dq(q.bits.size()), dev_dk(q.bits.size()), dev_dv(q.bits.size()),
-        dev_lse(std::size_t(shape.rows())) {
+      : q(random_tensor16(q_elements(shape), options.seed, kStreamQ, shape.dtype, options.q_scale)),
+        k(random_tensor16(kv_elements(shape), options.seed, kStreamK, shape.dtype, options.k_scale)),
+        v(random_tensor16(kv_elements(shape), options.seed, kStreamV, shape.dtype)),
+        d_o(random_tensor16(q_elements(shape), options.seed, kStreamDO, shape.dtype)),
+        index(shape),
+        dev_q(q.bits.size()), dev_k(k.bits.size()), dev_v(k.bits.size()), dev_do(q.bits.size()),
+        dev_o(q.bits.size()), dev_dq(q.bits.size()), dev_dk(k.bits.size()), dev_dv(k.bits.size()),
+        dev_lse(std::size_t(shape.rows())),
+        dev_cu_q(shape.varlen() ? index.cu_q.size() : 0), dev_cu_k(shape.varlen() ? index.cu_k.size() : 0) {
     dev_q.upload(q.bits);
     dev_k.upload(k.bits);
     dev_v.upload(v.bits);
     dev_do.upload(d_o.bits);
+    if (shape.varlen()) {
+      dev_cu_q.upload(index.cu_q);
+      dev_cu_k.upload(index.cu_k);
+    }
     DeviceBuffer<double> dev_lse64(dev_lse.size()), dev_delta64(dev_lse.size());
     forward_for_backward_gpu(shape, dev_q.get(), dev_k.get(), dev_v.get(), dev_do.get(),
                              {dev_o.get(), dev_lse.get(), dev_lse64.get(), dev_delta64.get()},
-                             session.stream.get());
+                             session.stream.get(), cu_q(), cu_k());
     session.stream.synchronize();
     o_stored = widen(shape.dtype, dev_o.download());
     lse_stored = dev_lse.download();
     stats64 = {dev_lse64.download(), dev_delta64.download()};
   }
+  // The device prefix sums, or null for a dense problem.
+  const int* cu_q() const { return dev_cu_q.size() ? dev_cu_q.get() : nullptr; }
+  const int* cu_k() const { return dev_cu_k.size() ? dev_cu_k.get() : nullptr; }
+
   Tensor16 q, k, v, d_o;
+  RowIndex index;
   DeviceBuffer<std::uint16_t> dev_q, dev_k, dev_v, dev_do, dev_o, dev_dq, dev_dk, dev_dv;
-  DeviceBuffer<float> dev_lse;
-  BackwardStats stats64;
+  DeviceBuffer<float> dev_lse;  // the LSE's layout (lse_index), as the forward writes it
+  DeviceBuffer<int> dev_cu_q, dev_cu_k;  // varlen; empty otherwise
+  BackwardStats stats64;  // by query row
   std::vector<float> o_stored, lse_stored;
 };
 
@@ -113,16 +130,19 @@ struct BackwardReferences {
   BackwardRows fp64, low;
 };
 
-// The references of a sample of dQ rows and of dK/dV rows, at fp64 and at the element type's
-// precision (the latter from the stored forward, as a kernel sees it).
+// The references of a sample of dQ rows (over every query row) and of dK/dV rows (over every key
+// row, of every sequence), at fp64 and at the element type's precision (the latter from the
+// stored forward, as a kernel sees it).
 BackwardReferences backward_references(const AttentionShape& shape, const BackwardBuffers& in,
                                        const RunOptions& options) {
   // A gradient row costs about four D-long dot products per key (or query) it sums over; the
-  // budget is shared by the dQ rows and the dK/dV rows.
-  const double work = 4.0 * shape.seqlen * shape.head_dim * 2;
-  const std::int64_t budget = std::max<std::int64_t>(16, reference_rows(options, work) / 2);
-  const auto q_rows = select_rows(shape.rows(), shape.seqlen, budget, options.seed);
-  const auto k_rows = select_rows(shape.rows(), shape.seqlen, budget, options.seed + 1);
+  // budget (in dQ rows' worth, both of its limits) is shared by the dQ rows and the dK/dV rows, and
+  // a dK/dV row of GQA sums over its whole group's queries: it counts `group` dQ rows.
+  const double work_q = 4.0 * shape.max_kv_len() * shape.head_dim * 2;
+  const std::int64_t budget = reference_rows(options, work_q);
+  const auto q_rows = select_attention_rows(shape, std::max<std::int64_t>(16, budget / 2), options.seed);
+  const auto k_rows =
+      select_key_rows(shape, std::max<std::int64_t>(16, budget / (2 * shape.group())), options.seed + 1);
   check_gpu_forward(shape, in.q, in.k, in.v, in.d_o, in.stats64, q_rows);
   const BackwardInputs inputs{in.q.value, in.k.value, in.v.value, in.d_o.value};
   KeyHash key;  // every input of both references (common/reference_cache.hpp)
@@ -142,21 +162,32 @@ BackwardReferences backward_references(const AttentionShape& shape, const Backwa
   return refs;
 }
 
-std::vector<std::int64_t> backward_dims(const AttentionShape& s) {
-  return {s.batch, s.heads, s.seqlen, s.head_dim};
-}
+// The tensors' dimensions as the layouts give them, for --save.
+struct BackwardDims {
+  explicit BackwardDims(const AttentionShape& s) {
+    const std::int64_t B = s.batch, H = s.heads, Hkv = s.hkv(), D = s.head_dim;
+    q = s.varlen() ? std::vector<std::int64_t>{s.total_q(), H, D} : std::vector<std::int64_t>{B, H, s.seqlen, D};
+    kv = s.varlen() ? std::vector<std::int64_t>{s.total_k(), Hkv, D} : std::vector<std::int64_t>{B, Hkv, s.seqlen, D};
+    lse = s.varlen() ? std::vector<std::int64_t>{H, s.total_q()} : std::vector<std::int64_t>{B, H, s.seqlen};
+  }
+  std::vector<std::int64_t> q, kv, lse;  // Q, O, dO, dQ; K, V, dK, dV; the LSE
+};
 
-// --save: the inputs and the forward's O and LSE, in `dir`.
-void save_backward_inputs(const std::string& dir, const AttentionShape& shape, const BackwardBuffers& in) {
+// --save: the inputs and the forward's O and LSE (and a varlen batch's prefix sums), in `dir`.
+void save_backward_inputs(const std::string& dir, const AttentionShape& shape, const BackwardBuffers& in,
+                          const BackwardDims& dims) {
   const DType dtype = shape.dtype;
-  const std::vector<std::int64_t> dims = backward_dims(shape);
-  write_npy16(dir + "/q.npy", dtype, dims, in.q.bits);
-  write_npy16(dir + "/k.npy", dtype, dims, in.k.bits);
-  write_npy16(dir + "/v.npy", dtype, dims, in.v.bits);
-  write_npy16(dir + "/do.npy", dtype, dims, in.d_o.bits);
-  write_npy16(dir + "/o.npy", dtype, dims, in.dev_o.download());
-  write_npy(dir + "/lse.npy", "<f4", {shape.batch, shape.heads, shape.seqlen}, in.lse_stored.data(),
-            in.lse_stored.size() * 4);
+  write_npy16(dir + "/q.npy", dtype, dims.q, in.q.bits);
+  write_npy16(dir + "/k.npy", dtype, dims.kv, in.k.bits);
+  write_npy16(dir + "/v.npy", dtype, dims.kv, in.v.bits);
+  write_npy16(dir + "/do.npy", dtype, dims.q, in.d_o.bits);
+  write_npy16(dir + "/o.npy", dtype, dims.q, in.dev_o.download());
+  write_npy(dir + "/lse.npy", "<f4", dims.lse, in.lse_stored.data(), in.lse_stored.size() * 4);
+  if (shape.varlen()) {
+    const std::int64_t n = shape.batch + 1;
+    write_npy(dir + "/cu_seqlens_q.npy", "<i4", {n}, in.index.cu_q.data(), in.index.cu_q.size() * 4);
+    write_npy(dir + "/cu_seqlens_k.npy", "<i4", {n}, in.index.cu_k.data(), in.index.cu_k.size() * 4);
+  }
 }
 
 // What one variant's run needs of its problem.
@@ -166,6 +197,7 @@ struct BackwardProblem {
   int sm_count;
   BackwardBuffers& buffers;
   const BackwardReferences& refs;
+  const BackwardDims& dims;
   const std::string& dir;  // --save's, or empty
 };
 
@@ -180,9 +212,9 @@ VariantHooks backward_hooks(const BackwardProblem& p, const VariantRef& ref) {
   const BackwardArgs args =
       backward_args(shape, b.dev_q.get(), b.dev_k.get(), b.dev_v.get(), b.dev_o.get(), b.dev_do.get(),
                     b.dev_lse.get(), b.dev_dq.get(), b.dev_dk.get(), b.dev_dv.get(), workspace->get(),
-                    {p.sm_count, p.session.gpu.l2_bytes});
+                    {p.sm_count, p.session.gpu.l2_bytes}, b.cu_q(), b.cu_k());
   const auto launch = std::get<BackwardLaunch>(variant.launch);
-  const std::size_t elements = std::size_t(shape.elements());
+  const std::size_t nq = q_elements(shape), nkv = kv_elements(shape);
 
   VariantHooks hooks;
   hooks.poison = [&b = p.buffers, &session = p.session] {
@@ -198,25 +230,25 @@ VariantHooks backward_hooks(const BackwardProblem& p, const VariantRef& ref) {
     o.values = widen(dtype, o.bits16);
     return o;
   };
-  hooks.check = [&ref64 = p.refs.fp64, &reflow = p.refs.low, &shape = p.shape,
-                 elements](Row& r, const Output& o) {
+  hooks.check = [&ref64 = p.refs.fp64, &reflow = p.refs.low, &shape = p.shape, nq, nkv](Row& r, const Output& o) {
     const std::span<const float> all(o.values);
     const int d = shape.head_dim;
     r.gradient_errors = {
-        {"dQ", check_gradient_output(all.subspan(0, elements), d, ref64.q_rows, ref64.dq, reflow.dq,
+        {"dQ", check_gradient_output(all.subspan(0, nq), d, ref64.q_rows, ref64.dq, reflow.dq,
                                      ref64.dq_floor, shape.dtype)},
-        {"dK", check_gradient_output(all.subspan(elements, elements), d, ref64.k_rows, ref64.dk,
-                                     reflow.dk, ref64.dk_floor, shape.dtype)},
-        {"dV", check_gradient_output(all.subspan(2 * elements, elements), d, ref64.k_rows, ref64.dv,
+        {"dK", check_gradient_output(all.subspan(nq, nkv), d, ref64.k_rows, ref64.dk, reflow.dk,
+                                     ref64.dk_floor, shape.dtype)},
+        {"dV", check_gradient_output(all.subspan(nq + nkv, nkv), d, ref64.k_rows, ref64.dv,
                                      reflow.dv, ref64.dv_floor, shape.dtype)}};
     r.error = worst_gradient(r.gradient_errors);
   };
-  hooks.save = [&dir = p.dir, &shape = p.shape, elements, id = file_id(ref.id())](const Output& o) {
+  hooks.save = [&dir = p.dir, &dims = p.dims, dtype = shape.dtype, nq, nkv, id = file_id(ref.id())](const Output& o) {
     const char* names[] = {"dq", "dk", "dv"};
+    const std::size_t begin[] = {0, nq, nq + nkv}, size[] = {nq, nkv, nkv};
     for (int g = 0; g < 3; ++g) {
-      const std::vector<std::uint16_t> part(o.bits16.begin() + std::ptrdiff_t(g * elements),
-                                            o.bits16.begin() + std::ptrdiff_t((g + 1) * elements));
-      write_npy16(fmt::format("{}/{}_{}.npy", dir, names[g], id), shape.dtype, backward_dims(shape), part);
+      const auto from = o.bits16.begin() + std::ptrdiff_t(begin[g]);
+      const std::vector<std::uint16_t> part(from, from + std::ptrdiff_t(size[g]));
+      write_npy16(fmt::format("{}/{}_{}.npy", dir, names[g], id), dtype, g == 0 ? dims.q : dims.kv, part);
     }
   };
   return hooks;
@@ -227,10 +259,10 @@ VariantHooks backward_hooks(const BackwardProblem& p, const VariantRef& ref) {
 ProblemRun run_backward(Session& session, const AttentionShape& shape,
                         std::span<const VariantRef> variants, const RunOptions& options) {
   const int sm_count = launch_sm_count(session, options);  // before any work: a bad value is a usage error
-  // Part V's backward is the dense problem's; Part VI's properties have no backward step yet.
-  if (features_of(shape) != 0)
-    throw UsageError(fmt::format("the backward track runs dense problems only (asked for {})",
-                                 shape.to_string()));
+  // Dense, GQA and varlen self-attention; decode shapes and paged caches have no backward. A
+  // variant that does not serve the shape's GQA or varlen is skipped with the reason (its
+  // Constraints::refuse), as the forward's are.
+  if (auto why = validate_backward(shape)) throw UsageError(*why);
   // A dense shape's JSON and --save name carry none of Part VI's keys (attention_shape_json).
   ProblemRun run = begin_run(Kind::Backward, shape, attention_shape_json(shape, options), variants);
   ensure_backward_fits(session, shape, variants);
@@ -238,9 +270,10 @@ ProblemRun run_backward(Session& session, const AttentionShape& shape,
   BackwardBuffers buffers(session, shape, options);
   const BackwardReferences refs =
       options.check ? backward_references(shape, buffers, options) : BackwardReferences{};
+  const BackwardDims dims(shape);
   const std::string dir = save_directory(options, attention_save_name("backward", shape));
-  if (!dir.empty()) save_backward_inputs(dir, shape, buffers);
-  const BackwardProblem problem{session, shape, sm_count, buffers, refs, dir};
+  if (!dir.empty()) save_backward_inputs(dir, shape, buffers, dims);
+  const BackwardProblem problem{session, shape, sm_count, buffers, refs, dims, dir};
 
   run_attention_rows(session, run, variants, shape, options, backward_flops(shape), backward_min_bytes(shape),
                      [&](const VariantRef& ref) { return backward_hooks(problem, ref); });

@@ -81,7 +81,7 @@ std::string save_directory(const RunOptions& options, const std::string& name) {
 }
 
 // Part VI's properties appear only where they are on, so a dense problem's name reads as before
-// them (and a backward problem, always dense, has no suffix).
+// them (forward and backward alike: a GQA or varlen backward problem carries its suffix).
 std::string attention_save_name(const std::string& kind, const AttentionShape& shape) {
   std::string name = fmt::format("{}_B{}_H{}_N{}_D{}_{}{}", kind, shape.batch, shape.heads,
                                  shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full",

@@ -35,6 +35,17 @@ a replay is exactly the backend's backward kernels); the ladder's backward varia
 (ladder_attention_backward) get the same Q, K, V, dO, PyTorch cuDNN's O and the fp32 log-sum-exp of
 the scaled logits. TFLOP/s count 2.5x the forward's FLOPs (halved for causal), and each of dQ, dK,
 dV is checked against PyTorch cuDNN's, with the forward's tolerance on the worst of the three.
+Part VI's backward problems (peers_bwd.py): --grid bwd-gqa (B=2 Hq=32 Hkv=8 N=4096 D=128, both
+masks) and --grid bwd-varlen (24 sequences, lengths drawn from 1..8192 with --seed; --seed 3 is the
+issue's batch of 91 707 tokens; H=32 Hkv=8 D=128, causal). There SDPA runs with enable_gqa (GQA
+only: it takes no packed batch, so its varlen rows say so and are not timed), FlashAttention-4 with
+K/V of fewer heads (flash_attn_func) or cu_seqlens (flash_attn_varlen_func), the ladder's variants
+through ladder_attention_backward_serving in the ladder's layouts; the reference is PyTorch's cuDNN
+SDPA backward (else its default), of each sequence alone for varlen, and a varlen batch's TFLOP/s
+count the sum over its sequences (a causal one halved).
+
+    python3 scripts/peers.py --pass bwd --grid bwd-varlen --seed 3 --out bwd-varlen.json
+        --ladder-lib build/round/lib/libladder_capi.so --ladder-variants 25/head_by_head
 
 --pass serve times Part VI's problems (issue 15: attention as models run it), bf16 by default, on
 --grid decode (one query token against a long GQA cache: the issue's four shapes), gqa (prefill,
@@ -84,6 +95,9 @@ from peers_ladder import (LadderLibs, ladder_backward_call, ladder_call, parse_l
 # describe and serve_shape too: tests/gpu/capi_in_torch.py calls them as peers.describe, peers.serve_shape.
 from peers_serve import SERVE_BACKENDS, SERVE_GRIDS, describe, serve_main, serve_shape  # noqa: E402,F401
 from peers_timing import as_graph, time_rounds  # noqa: E402
+import peers_bwd  # noqa: E402  (its shapes are read through the module: the CPU tests replace them)
+from peers_bwd import BWD_SERVING_GRIDS, BWD_VARLEN_COUNT, BWD_VARLEN_MAX, ServingBackwardShape  # noqa: E402
+from peers_serve import load_fa4_varlen  # noqa: E402
 
 BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
 # --pass bwd's default: PyTorch's FlashAttention-2 and cuDNN backends, and FlashAttention-4.
@@ -225,11 +239,13 @@ def parse_args(argv):
     ap.add_argument("--pass", dest="pass_", choices=("fwd", "bwd", "serve"), default="fwd",
                     help="time the forward (O from Q, K, V), the backward (dQ, dK, dV from dO), or Part VI's "
                     "serving problems (GQA, decode, varlen, paged: GB/s and %% of a device copy)")
-    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "refactor", "serve") + SERVE_GRIDS,
-                    default=None,
+    ap.add_argument("--grid", choices=("ladder", "part4", "part7", "series", "bwd", "refactor", "serve")
+                    + SERVE_GRIDS + BWD_SERVING_GRIDS, default=None,
                     help="the ladder's benchmark grid (the forward's default), Part IV's target shapes, "
                     "Part III's series, Part V's backward shapes (the backward's default), or a refactor's "
-                    "old-against-new shapes; --pass serve: " + ", ".join(SERVE_GRIDS) + " or serve (all four, its default)")
+                    "old-against-new shapes; --pass bwd also " + ", ".join(BWD_SERVING_GRIDS) + " (Part VI's "
+                    "backward: GQA, a seeded varlen batch); --pass serve: " + ", ".join(SERVE_GRIDS)
+                    + " or serve (all four, its default)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved timing rounds per shape (alternately in order and reversed); more "
                     "rounds narrow a ratio between two candidates whose kernels are the same")
@@ -260,6 +276,8 @@ def parse_args(argv):
     if serve != (args.grid in ("serve",) + SERVE_GRIDS):
         ap.error(f"--grid {args.grid} " + ("is not one of --pass serve's: " + ", ".join(("serve",) + SERVE_GRIDS)
                                           if serve else "belongs to --pass serve"))
+    if args.grid in BWD_SERVING_GRIDS and not backward:
+        ap.error(f"--grid {args.grid} belongs to --pass bwd")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if args.varlen_count < 1 or args.varlen_max < 1:
@@ -311,10 +329,12 @@ class ResultsFile:
                       "rounds (alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
         result = {"schema": "attention-ladder/peers/1", "pass": args.pass_, "provenance": provenance,
                   "complete": final, "rows": rows}
-        if serve:
+        if serve or args.grid in BWD_SERVING_GRIDS:
             result["grid"] = args.grid
-            if args.grid in ("serve", "varlen"):
-                result["varlen"] = {"seed": args.seed, "count": args.varlen_count, "max": args.varlen_max}
+        if serve and args.grid in ("serve", "varlen"):
+            result["varlen"] = {"seed": args.seed, "count": args.varlen_count, "max": args.varlen_max}
+        if args.grid == "bwd-varlen":
+            result["varlen"] = {"seed": args.seed, "count": BWD_VARLEN_COUNT, "max": BWD_VARLEN_MAX}
         if self.pairs:
             result["pairs"] = [{"old": row_name(*o), "new": row_name(*nw)} for o, nw in self.pairs]
         with open(args.out + ".tmp", "w") as f:
@@ -381,7 +401,10 @@ class Shape:
 
 def candidates(sh, args, backends, fa4, libs, variants):
     """(name, make) per candidate; make() -> (callable, function returning its O as [B, H, N, D], or
-    its dQ, dK, dV)."""
+    its dQ, dK, dV). Part VI's backward shapes list their own (peers_bwd.py)."""
+    if isinstance(sh, ServingBackwardShape):
+        return sh.candidates(backends, fa4, load_fa4_varlen() if fa4 is not None else None, libs, variants,
+                             args.dtype == "bf16")
     out = []
     for name in [b for b in backends if b in BACKENDS]:
         def make(name=name):
@@ -424,7 +447,8 @@ def time_shape(sh, args, backends, fa4, libs, variants, flush):
     """Every candidate on one shape: run once, checked against the reference, captured, then all
     timed in interleaved rounds; the rows, printed as they come."""
     base = {"kind": "attention", "pass": args.pass_, "batch": sh.bsz, "heads": sh.heads, "seqlen": sh.n,
-            "head_dim": sh.d, "causal": sh.causal, "dtype": args.dtype, "flops": sh.flops}
+            "head_dim": sh.d, "causal": sh.causal, "dtype": args.dtype, "flops": sh.flops,
+            **(sh.row_fields() if isinstance(sh, ServingBackwardShape) else {})}
     rows, fns = [], []
     keep = []  # a graph replays into its outputs by address: they must outlive its timing
     for name, make in candidates(sh, args, backends, fa4, libs, variants):
@@ -458,10 +482,22 @@ def time_shape(sh, args, backends, fa4, libs, variants, flush):
 def report_failures(failed, dtype):
     for row in failed:
         print(f"FAIL: {row['name']} B={row['batch']} H={row['heads']} N={row['seqlen']} D={row['head_dim']} "
-              f"causal={row['causal']}" + (f" ({row['worst_gradient']} the worst)" if "worst_gradient" in row else "")
+              f"causal={row['causal']}" + (f" Hkv={row['kv_heads']}" if "kv_heads" in row else "")
+              + (f" varlen({len(row['q_lens'])} seqs)" if "q_lens" in row else "") + (f" ({row['worst_gradient']} the worst)" if "worst_gradient" in row else "")
               + f": max|Δ| {row['max_abs_diff']:.3g} vs {row['reference']} "
               f"({100 * row['rel_diff']:.1f}% of max|ref|, tolerance {100 * OUTPUT_TOLERANCE[dtype]:.0f}%)",
               file=sys.stderr)
+
+
+def problems(args, dtype):
+    """The grid's problems, each built (its inputs and reference) when the loop reaches it."""
+    backward = args.pass_ == "bwd"
+    if args.grid in BWD_SERVING_GRIDS:
+        for s in peers_bwd.bwd_serving_shapes(args.grid, args.quick, args.seed):
+            yield ServingBackwardShape(s, dtype, autograd_backward)
+    else:
+        for shape in grids(args.quick, args.grid, backward):
+            yield Shape(shape, dtype, backward)
 
 
 def main(argv=None):
@@ -491,8 +527,8 @@ def main(argv=None):
     out.gpu = gpu_provenance()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     failed = []
-    for shape in grids(args.quick, args.grid, args.pass_ == "bwd"):
-        shape_rows = time_shape(Shape(shape, dtype, args.pass_ == "bwd"), args, backends, fa4, libs, variants, flush)
+    for sh in problems(args, dtype):
+        shape_rows = time_shape(sh, args, backends, fa4, libs, variants, flush)
         rows += shape_rows
         failed += [r for r in shape_rows if r.get("output_check") == "FAIL"]
         out.write(rows, False)

@@ -21,6 +21,7 @@ class LadderLibs:
         self.fns = {}
         self.backward_fns = {}
         self.serving_fns = {}
+        self.backward_serving_fns = {}
         for label, path in self.paths.items():
             lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
             f = lib.ladder_attention
@@ -44,6 +45,13 @@ class LadderLibs:
                               + [ctypes.c_char_p, ctypes.c_int])
                 f.restype = ctypes.c_int
             self.serving_fns[label] = f
+            # ladder_attention_backward_serving: the backward on GQA and varlen (later still)
+            f = getattr(lib, "ladder_attention_backward_serving", None)
+            if f is not None:
+                f.argtypes = ([ctypes.c_char_p] + [ctypes.c_int] * 7 + [ctypes.POINTER(ctypes.c_int)]
+                              + [ctypes.c_void_p] * 11 + [ctypes.c_char_p, ctypes.c_int])
+                f.restype = ctypes.c_int
+            self.backward_serving_fns[label] = f
 
     def call(self, label, variant, *args):
         return self.fns[label](variant.encode(), *args)
@@ -52,6 +60,12 @@ class LadderLibs:
         if self.backward_fns[label] is None:
             raise RuntimeError(f"{self.paths[label]} has no ladder_attention_backward (built before Part V)")
         return self.backward_fns[label](variant.encode(), *args)
+
+    def call_backward_serving(self, label, variant, *args):
+        if self.backward_serving_fns[label] is None:
+            raise RuntimeError(f"{self.paths[label]} has no ladder_attention_backward_serving "
+                               "(built before the backward's GQA and varlen)")
+        return self.backward_serving_fns[label](variant.encode(), *args)
 
     def call_serving(self, label, variant, *args):
         if self.serving_fns[label] is None:
@@ -167,3 +181,25 @@ def ladder_serving_call(libs, label, variant, s, q, k, v, bf16, cu_q=None, cu_k=
         if rc:
             raise RuntimeError(err.value.decode())
     return call, o
+
+
+def ladder_backward_serving_call(libs, label, variant, s, q, k, v, o, d_o, lse, bf16, cu=None):
+    """A callable that runs backward `variant` of library `label` through
+    ladder_attention_backward_serving into its own dQ, dK, dV (returned as a tuple), from q, k, v, the
+    forward's o and lse and d_o in the ladder's layouts for shape s (peers_serve.serve_shape): dense
+    GQA [B, H(kv), N, D] and lse [B, H, N]; varlen (s["q_lens"], cu the device prefix sums) packed
+    [total, H(kv), D] and lse [H, total]."""
+    dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+    lens = (ctypes.c_int * s["batch"])(*s["q_lens"]) if s["q_lens"] else None
+    err = ctypes.create_string_buffer(1024)
+
+    def call():
+        rc = libs.call_backward_serving(label, variant, s["batch"], s["heads"], s["kv_heads"], s["seqlen"],
+                                        s["head_dim"], int(s["causal"]), int(bf16), lens,
+                                        cu.data_ptr() if cu is not None else None, q.data_ptr(), k.data_ptr(),
+                                        v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(), dq.data_ptr(),
+                                        dk.data_ptr(), dv.data_ptr(), torch.cuda.current_stream().cuda_stream,
+                                        err, len(err))
+        if rc:
+            raise RuntimeError(err.value.decode())
+    return call, (dq, dk, dv)

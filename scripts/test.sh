@@ -6,8 +6,10 @@
 #   scripts/test.sh --full   # the GPU tests on the full grid, the one scripts/round.sh's test stage
 #                            # runs (every N of the rounds), instead of the quick grid
 # The GPU tests' grid (tests/gpu/gpu_support.hpp): quick by default — every step and variant on
-# ragged N for every tile, both masks, both dtypes, B·H of 1 and 3, the K/V ring wrapping — or
-# full with --full (or LADDER_TEST_GRID=full in the environment).
+# ragged N for every tile, both masks, both dtypes, B·H of 1 and 3, the K/V ring wrapping, and for
+# the variants that serve them the forward's and the backward's GQA and varlen grids — or full with
+# --full (or LADDER_TEST_GRID=full in the environment; the backward's varlen grid then adds a
+# sequence of 16384).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="" grid=${LADDER_TEST_GRID:-quick}

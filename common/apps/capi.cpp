@@ -13,6 +13,14 @@
 //                                 void* dq, void* dk, void* dv, void* stream, char* error,
 //                                 int error_bytes);
 //
+//   int ladder_attention_backward_serving(const char* id, int batch, int heads, int kv_heads,
+//                                         int seqlen, int head_dim, int causal, int bf16,
+//                                         const int* q_lens, const int* cu_seqlens_q,
+//                                         const void* q, const void* k, const void* v,
+//                                         const void* o, const void* d_o, const float* lse,
+//                                         void* dq, void* dk, void* dv, void* stream,
+//                                         char* error, int error_bytes);
+//
 //   int ladder_attention_serving(const char* id, int batch, int heads, int kv_heads, int seqlen,
 //                                int kv_seqlen, int head_dim, int causal, int bf16,
 //                                const int* q_lens, const int* kv_lens,
@@ -50,9 +58,21 @@
 // message: an unknown id, a shape no step can run, a property the variant does not serve, a
 // missing pointer, a CUDA failure).
 //
+// ladder_attention_backward_serving is ladder_attention_backward for Part VI's backward problems:
+// GQA (kv_heads K/V heads, 0: heads) and a packed variable-length batch of self-attention (keys =
+// queries in every sequence; causal inside each). q_lens is the HOST array of `batch` lengths and
+// cu_seqlens_q their DEVICE [batch + 1] int32 prefix sums (both null for a dense batch; seqlen is
+// then each sequence's length, and with q_lens it is ignored: the longest is taken), for the reason
+// ladder_attention_serving's come twice; the keys' prefix sums are the same. Layouts: dense q, o,
+// d_o, dq [B, H, N, D], k, v, dk, dv [B, kv_heads, N, D], lse [B, H, N]; varlen q, o, d_o, dq
+// [total, H, D], k, v, dk, dv [total, kv_heads, D], lse [H, total] (the forward's). dK and dV of a
+// K/V head are the sums over its group of query heads. Same return codes (0, or 1 with a message:
+// an unknown id, a shape no backward runs, a property the variant does not serve, a missing pointer,
+// a CUDA failure).
+//
 // The library runs inside another program, next to that program's own copies of the libraries we
 // use (PyTorch ships a cuDNN frontend, CCCL and a CUDA runtime of its own). It therefore exports
-// these three functions and nothing else (capi.map), and never lets an exception or an unknown error
+// these four functions and nothing else (capi.map), and never lets an exception or an unknown error
 // cross into the caller.
 #include <cuda_runtime.h>
 
@@ -242,5 +262,27 @@ extern "C" int ladder_attention_serving(const char* id, int batch, int heads, in
         ladder::attention_args(p.shape, q, k, v, o, lse, p.workspace, launch_device(p),
                                {cu_seqlens_q, cu_seqlens_k, block_table});
     std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
+  });
+}
+
+extern "C" int ladder_attention_backward_serving(const char* id, int batch, int heads, int kv_heads,
+                                                 int seqlen, int head_dim, int causal, int bf16,
+                                                 const int* q_lens, const int* cu_seqlens_q,
+                                                 const void* q, const void* k, const void* v,
+                                                 const void* o, const void* d_o, const float* lse,
+                                                 void* dq, void* dk, void* dv, void* stream,
+                                                 char* error, int error_bytes) {
+  return guarded(id, error, error_bytes, [&] {
+    if (q_lens && !cu_seqlens_q)
+      throw CallError{"a variable-length batch (q_lens given) needs the device cu_seqlens_q"};
+    // Self-attention: the keys' prefix sums are the queries'.
+    const AttentionShape shape = serving_shape(batch, heads, kv_heads, seqlen, 0, head_dim, causal, bf16,
+                                               q_lens, nullptr, cu_seqlens_q, cu_seqlens_q, 0, nullptr);
+    if (auto bad = ladder::validate_backward(shape)) throw CallError{*bad};
+    const Prepared p = prepare<ladder::BackwardLaunch>(id, "backward", shape);
+    const ladder::BackwardArgs args =
+        ladder::backward_args(p.shape, q, k, v, o, d_o, lse, dq, dk, dv, p.workspace, launch_device(p),
+                              shape.varlen() ? cu_seqlens_q : nullptr, shape.varlen() ? cu_seqlens_q : nullptr);
+    std::get<ladder::BackwardLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
   });
 }

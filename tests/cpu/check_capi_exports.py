@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""libladder_capi.so must export ladder_attention, ladder_attention_serving and
-ladder_attention_backward and nothing else
+"""libladder_capi.so must export ladder_attention, ladder_attention_serving,
+ladder_attention_backward and ladder_attention_backward_serving and nothing else
 (common/apps/capi.map says why: inside PyTorch's process, any other exported or GNU_UNIQUE symbol --
 the cuDNN frontend's, nlohmann's, CCCL's -- can bind to, or be bound by, another library's copy of
 the same name).
 
     python3 tests/cpu/check_capi_exports.py build/h200/lib/libladder_capi.so
 
-Exit 0: exactly those three; 1: one missing, or other symbols (listed); 77: no `nm` on this machine.
+Exit 0: exactly those four; 1: one missing, or other symbols (listed); 77: no `nm` on this machine.
 """
 import shutil
 import subprocess
 import sys
 
-EXPORTS = {"ladder_attention", "ladder_attention_serving", "ladder_attention_backward"}
+EXPORTS = {"ladder_attention", "ladder_attention_serving", "ladder_attention_backward",
+           "ladder_attention_backward_serving"}
 
 
 def main():

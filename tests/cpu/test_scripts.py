@@ -13,6 +13,11 @@
     and the ladder's backward (from the O and log-sum-exp the script gives it) checked against
     cuDNN's, FLOPs 2.5x the forward's; a wrong mask or layout FAILs; the real library's backward
     entry point answers for its own ids only
+  - scripts/peers.py --pass bwd --grid bwd-gqa / bwd-varlen: the issue's grids (GQA, a seeded varlen batch
+    of 24); on the stand-in, SDPA with enable_gqa, FA4's flash_attn_func / flash_attn_varlen_func
+    backward and the ladder's ladder_attention_backward_serving each checked against the reference
+    (per sequence for varlen), SDPA's varlen rows untimed and saying why; dK/dV without the group's
+    sum and a batch attended as one sequence FAIL; the real library's entry point refuses bad arguments
   - scripts/peers.py --pass serve: the issue's grids (decode, GQA, seeded varlen, paged); on the
     stand-in, SDPA with enable_gqa, FA4's flash_attn_func / varlen / paged calls and the ladder's
     serving call each checked against the fp32 reference (causal aligned to the end), GB/s and % of
@@ -585,6 +590,188 @@ def test_peers_serve(tmp, capi):
         check(rc == 1 and want in msg, f"ladder_attention_serving, {what}: 1 and a message ({msg[:90]})")
 
 
+FAKE_BWD_SERVE = """
+import sys
+import numpy as np
+import peers
+import peers_bwd
+import peers_serve
+import torch
+S = peers_serve.serve_shape
+peers_bwd.bwd_serving_shapes = lambda grid, quick=False, seed=0: {
+    "bwd-gqa": [S("gqa", 1, 4, 2, 40, 40, 16, c) for c in (False, True)],
+    "bwd-varlen": [S("varlen", 4, 4, 2, 30, 30, 16, True, [1, 17, 30, 5])]}[grid]
+
+
+class FakeLibs:
+    def __init__(self, specs):
+        self.paths = peers.parse_ladder_libs(specs)
+
+
+# One sequence's backward from O and the log-sum-exp, as a kernel does: q, o, d_o [H, n, D], k, v
+# [Hkv, n, D], lse [H, n]. 25/no_group_sum keeps the first query head's share of dK, dV only.
+def attend(q, k, v, o, d_o, lse, causal, vid):
+    hkv, group = k.shape[0], q.shape[0] // k.shape[0]
+    kr, vr = np.repeat(k, group, 0), np.repeat(v, group, 0)
+    scale = 1 / np.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(kr, -1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    p = np.exp(s - lse[..., None])
+    ds = p * (d_o @ np.swapaxes(vr, -1, -2) - (d_o * o).sum(-1, keepdims=True))
+    fold = lambda x: x.reshape(hkv, group, *x.shape[1:])  # noqa: E731
+    take = (lambda x: fold(x)[:, 0]) if vid == "25/no_group_sum" else (lambda x: fold(x).sum(1))  # noqa: E731
+    return ds @ kr * scale, take(np.swapaxes(ds, -1, -2) @ q * scale), take(np.swapaxes(p, -1, -2) @ d_o)
+
+
+# The ladder through ladder_attention_backward_serving; 25/varlen_as_dense ignores cu_seqlens (the
+# packed batch attended as one sequence).
+def fake_backward_serving_call(libs, label, vid, s, q, k, v, o, d_o, lse, bf16, cu=None):
+    if vid == "25/missing":
+        raise RuntimeError("no backward variant 25/missing in this library (see `ladder --list`)")
+    grads = tuple(torch.empty_like(x) for x in (q, k, v))
+
+    def call():
+        if s["q_lens"]:
+            c = cu.a.astype(int) if vid != "25/varlen_as_dense" else np.array([0, q.shape[0]])
+            for lo, hi in zip(c[:-1], c[1:]):
+                t = lambda x: np.swapaxes(x.a[lo:hi], 0, 1)  # noqa: E731
+                res = attend(t(q), t(k), t(v), t(o), t(d_o), lse.a[:, lo:hi], s["causal"], vid)
+                for g, r in zip(grads, res):
+                    g.a[lo:hi] = np.swapaxes(r, 0, 1)
+        else:
+            for b in range(s["batch"]):
+                res = attend(q.a[b], k.a[b], v.a[b], o.a[b], d_o.a[b], lse.a[b], s["causal"], vid)
+                for g, r in zip(grads, res):
+                    g.a[b] = r
+    return call, grads
+
+
+peers.LadderLibs, peers_bwd.ladder_backward_serving_call = FakeLibs, fake_backward_serving_call
+sys.exit(peers.main(sys.argv[1:]))
+"""
+
+GQA_LSE_CHECK = """
+import numpy as np
+import peers_bwd
+import torch
+q, k = torch.randn(2, 6, 40, 16), torch.randn(2, 2, 40, 16)
+for causal in (False, True):
+    s = q.a @ np.swapaxes(np.repeat(k.a, 3, 1), -1, -2) / 4.0
+    if causal:
+        s = np.where(np.tril(np.ones((40, 40), dtype=bool)), s, -np.inf)
+    want = np.log(np.exp(s).sum(-1))
+    got = peers_bwd.reference_lse(q, k, causal, rows=7).a
+    print("ok" if got.shape == (2, 6, 40) and np.allclose(got, want, atol=1e-5) else f"wrong {causal}")
+"""
+
+
+def run_fake_bwd_serve(tmp, name, fa4_mode, *extra):
+    out = tmp / f"{name}.json"
+    r = subprocess.run([sys.executable, "-c", FAKE_BWD_SERVE, "--out", str(out), "--pass", "bwd", *extra],
+                       capture_output=True, text=True, env=stand_in_env(FAKE_FA4=fa4_mode), timeout=120)
+    data = json.loads(out.read_text()) if out.exists() else {"rows": []}
+    return r, data, {(x["name"], x.get("shape_kind"), x.get("causal")): x for x in data["rows"]}
+
+
+def test_peers_backward_serving(tmp, capi):
+    """--pass bwd --grid bwd-gqa / bwd-varlen: the issue's grids, and on the stand-in torch every
+    candidate's dQ, dK, dV checked (a missing group sum or a batch attended as one sequence FAILs)."""
+    import peers_bwd
+    gqa = peers_bwd.bwd_serving_shapes("bwd-gqa")
+    check([(x["batch"], x["heads"], x["kv_heads"], x["seqlen"], x["head_dim"], x["causal"]) for x in gqa]
+          == [(2, 32, 8, 4096, 128, False), (2, 32, 8, 4096, 128, True)], "bwd-gqa: B=2 Hq=32 Hkv=8 N=4096 D=128, both masks")
+    var = peers_bwd.bwd_serving_shapes("bwd-varlen", seed=3)
+    lens = var[0]["q_lens"]
+    check(len(var) == 1 and len(lens) == 24 and all(1 <= n <= 8192 for n in lens) and sum(lens) == 91707
+          and var[0]["causal"] and (var[0]["heads"], var[0]["kv_heads"], var[0]["head_dim"]) == (32, 8, 128)
+          and var[0]["seqlen"] == max(lens) and lens != peers_bwd.bwd_serving_shapes("bwd-varlen", seed=4)[0]["q_lens"],
+          "bwd-varlen: 24 lengths from 1..8192 drawn with the seed (seed 3: the issue's 91707 tokens), H=32 Hkv=8, causal")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), "--grid", "bwd-gqa"],
+                       capture_output=True, text=True, env=NO_GPU, timeout=60)
+    check(r.returncode == 2 and "belongs to --pass bwd" in r.stderr, "peers.py --grid bwd-gqa without --pass bwd: exit 2")
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        print("skip peers.py --pass bwd --grid bwd-gqa/bwd-varlen on the stand-in torch: numpy is not installed")
+        return
+    r = subprocess.run([sys.executable, "-c", GQA_LSE_CHECK], capture_output=True, text=True, timeout=60, env=stand_in_env())
+    check(r.returncode == 0 and r.stdout.split() == ["ok", "ok"],
+          "peers_bwd.reference_lse: GQA's log-sum-exp (K of fewer heads), causal and not" + (" " + r.stderr[-300:] if r.returncode else ""))
+    a = tmp / "bwd-serve-lib.so"
+    a.write_bytes(b"lib")
+    for grid in ("bwd-gqa", "bwd-varlen"):
+        r, data, rows = run_fake_bwd_serve(tmp, f"fake-{grid}", "good", "--grid", grid, "--ladder-lib", str(a),
+                                           "--ladder-variants", "25/good,25/missing")
+        print(r.stdout[-2000:], r.stderr[-1500:])
+        kind = grid[4:]
+        check(r.returncode == 0 and data.get("complete") is True and data.get("grid") == grid and data.get("pass") == "bwd",
+              f"peers.py --pass bwd --grid {grid} (stand-in torch): exit 0, the file says which grid")
+        masks = (False, True) if kind == "gqa" else (True,)
+        for c in masks:
+            names = ["fa4", "ladder:25/good"] + (["sdpa-flash"] if kind == "gqa" else [])
+            for name in names:
+                row = rows.get((name, kind, c), {})
+                g = row.get("gradients", {})
+                check(row.get("output_check") == "pass" and sorted(g) == ["dk", "dq", "dv"]
+                      and all(x["rel_diff"] < 1e-4 for x in g.values()) and row.get("kv_heads") == 2 and "tflops" in row,
+                      f"{grid} causal={c}: {name}'s dQ, dK, dV each checked against the reference, and timed")
+            check("no backward variant 25/missing" in rows.get(("ladder:25/missing", kind, c), {}).get("error", ""),
+                  f"{grid}: a variant the library lacks gets a row saying so")
+        if kind == "gqa":
+            check("reference" not in rows.get(("sdpa-cudnn", "gqa", False), {"reference": 1})
+                  and rows.get(("fa4", "gqa", True), {}).get("reference") == "sdpa-cudnn",
+                  "bwd-gqa: PyTorch's cuDNN SDPA (enable_gqa) is the reference")
+            check(all(rows[("ladder:25/good", "gqa", c)]["flops"] == 2.5 * 4 * 4 * 40 * 40 * 16 / (2 if c else 1)
+                      for c in (False, True)), "bwd-gqa: FLOPs 2.5x the forward's, causal halved")
+        else:
+            row = rows.get(("ladder:25/good", "varlen", True), {})
+            check(row.get("q_lens") == [1, 17, 30, 5] and row.get("reference") == "sdpa-cudnn-per-sequence"
+                  and row.get("flops") == 2.5 * 4 * 4 * 16 * sum(n * n / 2 for n in (1, 17, 30, 5)),
+                  "bwd-varlen: the reference is each sequence's SDPA, TFLOP/s of the sum over sequences (causal halves)")
+            for name in ("sdpa-flash", "sdpa-cudnn"):
+                x = rows.get((name, "varlen", True), {})
+                check("no packed variable-length" in x.get("error", "") and "tflops" not in x,
+                      f"bwd-varlen: {name} is not timed, and its row says why")
+            check(data.get("varlen") == {"seed": 0, "count": 24, "max": 8192}, "bwd-varlen: the draw in the file")
+    r, data, rows = run_fake_bwd_serve(tmp, "fake-bwd-gqa-wrong", "good", "--grid", "bwd-gqa", "--ladder-lib", str(a),
+                                       "--ladder-variants", "25/no_group_sum,25/varlen_as_dense")
+    check(r.returncode == 1 and "FAIL: ladder:25/no_group_sum" in r.stderr and "Hkv=2" in r.stderr
+          and rows.get(("ladder:25/varlen_as_dense", "gqa", True), {}).get("output_check") == "pass",
+          "bwd-gqa: dK, dV without the group's sum FAIL, exit 1 (a dense GQA problem has no cu_seqlens to ignore)")
+    r, data, rows = run_fake_bwd_serve(tmp, "fake-bwd-varlen-wrong", "missing", "--grid", "bwd-varlen", "--ladder-lib",
+                                       str(a), "--ladder-variants", "25/no_group_sum,25/varlen_as_dense")
+    check(r.returncode == 1 and rows.get(("ladder:25/varlen_as_dense", "varlen", True), {}).get("output_check") == "FAIL"
+          and rows.get(("ladder:25/no_group_sum", "varlen", True), {}).get("output_check") == "FAIL"
+          and not any(n == "fa4" for n, _, _ in rows) and data.get("complete") is True,
+          "bwd-varlen: a batch attended as one sequence FAILs; without FA4 no FA4 rows, the file still complete")
+
+    if not capi or not os.path.isfile(capi):
+        print(f"skip ladder_attention_backward_serving's refusals: libladder_capi.so not built ({capi})")
+        return
+    try:
+        libs = peers.LadderLibs([capi])
+    except OSError as e:
+        print(f"skip ladder_attention_backward_serving's refusals: the library does not load here ({e})")
+        return
+    lens2 = (ctypes.c_int * 2)(3, 5)
+
+    def backward_serving(vid, batch=2, heads=4, kv_heads=2, q_lens=None, cu=None):
+        err = ctypes.create_string_buffer(512)
+        rc = libs.call_backward_serving("", vid, batch, heads, kv_heads, 128, 64, 1, 0, q_lens, cu, *([None] * 10),
+                                        err, 512)
+        return rc, err.value.decode()
+    for what, vid, kw, want in (
+            ("an unknown id", "25/none", {}, "no backward variant 25/none"),
+            ("a forward id", "99/cudnn", {}, "no backward variant 99/cudnn"),
+            ("K/V heads that do not divide", "98/cudnn", dict(kv_heads=3), "divide"),
+            ("lengths without cu_seqlens_q", "98/cudnn", dict(q_lens=lens2), "needs the device cu_seqlens_q"),
+            ("cu_seqlens_q without lengths", "98/cudnn", dict(cu=1), "without q_lens"),
+            ("a batch of 0", "98/cudnn", dict(batch=0), "must be positive")):
+        rc, msg = backward_serving(vid, **kw)
+        check(rc == 1 and want in msg, f"ladder_attention_backward_serving, {what}: 1 and a message ({msg[:90]})")
+
+
 def peer_row(name, key, tflops=None, check_=None, rounds=None, error=None):
     b, h, n, d, c = key
     r = {"kind": "attention", "name": name, "batch": b, "heads": h, "seqlen": n, "head_dim": d, "causal": c,
@@ -669,6 +856,7 @@ def main():
         test_peers_args(tmp, capi)
         test_peers_main(tmp)
         test_peers_backward(tmp)
+        test_peers_backward_serving(tmp, capi)
         test_peers_serve(tmp, capi)
         test_tables(tmp)
     print(f"{len(failures)} failure(s)")

@@ -14,6 +14,13 @@ likewise: from Q, K, V, dO, PyTorch's O and the log-sum-exp peers.py computes, d
 of PyTorch's own fp16/bf16 backward plus one unit in the last place of the largest gradient, on
 ragged shapes (N = 1, 77, 1000), eagerly and replayed from a CUDA graph.
 
+The backward's Part VI entry point, ladder_attention_backward_serving (--backward-serving-variants,
+default the main variants of steps 37 and 38), on one GQA problem (B=2 H=8 Hkv=2 N=1000 D=128) and
+one varlen batch (lengths 1, 17, 127, 128, 129, 1000, H=8 Hkv=2, D=128), causal and not, through
+peers_bwd's call: dQ, dK, dV against autograd's fp32 SDPA (enable_gqa; each sequence alone) with the
+backward's tolerance, eagerly and from a CUDA graph; a variant this build lacks, or one that does not
+serve the shape, is a skip.
+
 Part VI's entry point, ladder_attention_serving (--serving-variants, default the cuDNN peer and the
 main variants of steps 26-29), on one GQA decode shape (B=3 H=8 Hkv=2, 1 and 7 queries against
 4097 keys, causal aligned to the end, D=128) and one varlen batch (lengths 1, 17, 127, 128, 129,
@@ -109,6 +116,84 @@ def check_backward(torch, peers, f, variants, failures):
     return ran
 
 
+def check_backward_serving(torch, peers, f, variants, failures):
+    """ladder_attention_backward_serving on a GQA problem and a varlen batch; returns how many checks ran."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    bwd = peers.peers_bwd
+    heads, kv_heads, d, ran = 8, 2, 128, 0
+
+    def grads(q, k, v, d_o, causal):  # [1 or B, H(kv), n, D]: O and autograd's dQ, dK, dV
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        out = sdpa(*leaves, is_causal=causal, enable_gqa=True)
+        return out.detach(), torch.autograd.grad(out, leaves, d_o)
+
+    for dtype in (torch.float16, torch.bfloat16):
+        ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+        lens = [1, 17, 127, 128, 129, 1000]
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        for causal in (False, True):
+            for kind in ("gqa", "varlen"):
+                if kind == "gqa":
+                    s = peers.serve_shape("gqa", 2, heads, kv_heads, 1000, 1000, d, causal)
+                    q, d_o = (torch.randn(2, heads, 1000, d, dtype=dtype, device="cuda") for _ in range(2))
+                    k, v = (torch.randn(2, kv_heads, 1000, d, dtype=dtype, device="cuda") for _ in range(2))
+                    o, low = grads(q, k, v, d_o, causal)
+                    ref = grads(*(x.float() for x in (q, k, v, d_o)), causal)[1]
+                    lse, cu_t = bwd.reference_lse(q, k, causal), None
+                else:
+                    s = peers.serve_shape("varlen", len(lens), heads, kv_heads, max(lens), max(lens), d, causal, lens)
+                    q, d_o = (torch.randn(cu[-1], heads, d, dtype=dtype, device="cuda") for _ in range(2))
+                    k, v = (torch.randn(cu[-1], kv_heads, d, dtype=dtype, device="cuda") for _ in range(2))
+                    o = torch.empty_like(q)
+                    lse = torch.empty(heads, cu[-1], dtype=torch.float32, device="cuda")
+                    low, ref = [[torch.empty_like(x, dtype=t) for x in (q, k, v)] for t in (dtype, torch.float32)]
+                    for lo, hi in zip(cu[:-1], cu[1:]):
+                        one = [x[lo:hi].transpose(0, 1)[None].contiguous() for x in (q, k, v, d_o)]
+                        o_b, low_b = grads(*one, causal)
+                        ref_b = grads(*(x.float() for x in one), causal)[1]
+                        o[lo:hi] = o_b[0].transpose(0, 1)
+                        lse[:, lo:hi] = bwd.reference_lse(one[0], one[1], causal)[0]
+                        for dst, src in zip(low + ref, list(low_b) + list(ref_b)):
+                            dst[lo:hi] = src[0].transpose(0, 1)
+                    cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+                torch_err = [float((lo_.float() - r).abs().max()) for lo_, r in zip(low, ref)]
+                floor = ulp * max(float(r.abs().max()) for r in ref)
+                for variant in variants:
+                    what = "%s backward %s" % (variant, peers.describe(s, str(dtype).split(".")[-1]))
+                    call, out = bwd.ladder_backward_serving_call(f, "", variant, s, q, k, v, o, d_o, lse,
+                                                                 dtype == torch.bfloat16, cu_t)
+                    for how in ("eager", "graph"):
+                        for g in out:
+                            g.fill_(float("nan"))
+                        try:
+                            if how == "eager":
+                                call()
+                            else:
+                                replay, how = peers.as_graph(call)
+                                replay()
+                            torch.cuda.synchronize()
+                        except RuntimeError as e:
+                            message = str(e)
+                            skip = any(x in message for x in ("does not run", "no backward variant"))
+                            print(("SKIP  " if skip else "FAIL  ") + what + ": " + message[:400], flush=True)
+                            if not skip:
+                                failures.append(what)
+                            break
+                        for name, g, r, te in zip(("dQ", "dK", "dV"), out, ref, torch_err):
+                            finite = bool(torch.isfinite(g).all())
+                            err = float((g.float() - r).abs().max()) if finite else float("nan")
+                            tol = 2 * te + floor
+                            ok = finite and err <= tol
+                            ran += 1
+                            print("%s  %s (%s): max|%s - fp32| = %.3g, tolerance %.3g (2 x PyTorch's %.3g + 1 ulp)"
+                                  % ("ok  " if ok else "FAIL", what, how, name, err, tol, te), flush=True)
+                            if not ok:
+                                failures.append("%s %s %s" % (what, name, how))
+    return ran
+
+
 def check_serving(torch, peers, f, variants, failures):
     """ladder_attention_serving on a GQA decode and a varlen batch; returns how many checks ran."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -180,7 +265,7 @@ def check_serving(torch, peers, f, variants, failures):
     return ran
 
 
-def child(lib, variants, backward_variants, serving_variants):
+def child(lib, variants, backward_variants, serving_variants, backward_serving_variants):
     import torch  # first, as in peers.py
     peers = load_peers()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -253,6 +338,8 @@ def child(lib, variants, backward_variants, serving_variants):
         ran += check_backward(torch, peers, f, backward_variants, failures)
     if serving_variants:
         ran += check_serving(torch, peers, f, serving_variants, failures)
+    if backward_serving_variants:
+        ran += check_backward_serving(torch, peers, f, backward_serving_variants, failures)
     if failures:
         print("FAILED: %d of the checks: %s" % (len(failures), "; ".join(failures)))
         return 1
@@ -292,13 +379,17 @@ def main():
     ap.add_argument("--backward-variants", default="98/cudnn", help="backward variants (empty: none)")
     ap.add_argument("--serving-variants", default="99/cudnn,26/group_order,28/split_kv,29/split_kv",
                     help="variants for ladder_attention_serving (empty: none); those this build lacks are skipped")
+    ap.add_argument("--backward-serving-variants", default="37/group_in_cta,38/packed",
+                    help="backward variants for ladder_attention_backward_serving (empty: none); those this "
+                    "build lacks are skipped")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     variants = [x for x in args.variants.split(",") if x]
     backward_variants = [x for x in args.backward_variants.split(",") if x]
     serving_variants = [x for x in args.serving_variants.split(",") if x]
+    backward_serving_variants = [x for x in args.backward_serving_variants.split(",") if x]
     if args.child:
-        return child(args.lib, variants, backward_variants, serving_variants)
+        return child(args.lib, variants, backward_variants, serving_variants, backward_serving_variants)
 
     try:
         import torch
@@ -313,7 +404,8 @@ def main():
         return 1
     cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child",
            "--lib", os.path.abspath(args.lib), "--variants", ",".join(variants),
-           "--backward-variants", ",".join(backward_variants), "--serving-variants", ",".join(serving_variants)]
+           "--backward-variants", ",".join(backward_variants), "--serving-variants", ",".join(serving_variants),
+           "--backward-serving-variants", ",".join(backward_serving_variants)]
     rc = subprocess.run(cmd).returncode
     if rc < 0:
         print("\nFAILED: the process that loaded %s died on %s" % (args.lib, signal.Signals(-rc).name))

@@ -3,7 +3,8 @@ with its backward (the output carries it, as the stand-in torch's attention does
 FAKE_FA4=wrong reads its inputs as [B, H, N, D] (the layout mistake the output check must catch);
 FAKE_FA4=missing makes the import fail. flash_attn_varlen_func: the packed batch (cu_seqlens) and
 the paged cache (page_table into pools [num_pages, page_size, Hkv, D], seqused_k), causal aligned to
-the end as FlashAttention's; FAKE_FA4=sm90 refuses the page table as FA4 does on sm_90."""
+the end as FlashAttention's, and the packed batch's output carries its backward (per sequence);
+FAKE_FA4=sm90 refuses the page table as FA4 does on sm_90."""
 import os
 
 import numpy as np
@@ -39,6 +40,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_se
         return torch.Tensor(out, q.dtype), None
     cq, ck = cu_seqlens_q.a.astype(int), cu_seqlens_k.a.astype(int)
     out = np.zeros(q.shape)
+    backwards = []  # each sequence's, for a backward of the packed batch (scripts/peers_bwd.py)
     for b in range(len(cq) - 1):
-        out[cq[b]:cq[b + 1]] = one(q.a[cq[b]:cq[b + 1]], k.a[ck[b]:ck[b + 1]], v.a[ck[b]:ck[b + 1]])
-    return torch.Tensor(out, q.dtype), None
+        sq, sk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        o, backward = F.attention(t(q.a[sq])[None], t(k.a[sk])[None], t(v.a[sk])[None], causal, end_aligned=True)
+        out[sq] = t(o[0])
+        backwards.append((sq, sk, backward))
+
+    def backward(d_o):
+        grads = [np.zeros(x.shape) for x in (q, k, v)]
+        for sq, sk, one_backward in backwards:
+            for g, part, rows in zip(grads, one_backward(t(d_o[sq])[None]), (sq, sk, sk)):
+                g[rows] = t(part[0])
+        return grads
+    return F.with_backward(out, (q, k, v), backward, q.dtype), None
