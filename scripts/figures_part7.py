@@ -13,9 +13,10 @@
                            waits for both products, or for S_i only (schematic, from the SASS order).
   part7-desc-iterators.png one unmasked K/V block's SASS instructions by kind, steps 21/33 and 22/34
                            (results/h200/2026-12-01-p7r2-sass-loops.json: counted from SASS, not timed).
-  part7-bwd-mix.png        chapter 36: the instructions a backward kernel executes, by kind, and its
-                           warps' stall samples, for 25/head_by_head, 36/shared_space and FA4's
-                           sm_90 backward (results/h200/2026-12-02-bwd-ncu-mix.json, Nsight Compute).
+  part7-bwd-mix.png        chapter 36: the instructions step 25's backward and FA4's execute, by kind
+                           (results/h200/2026-12-02-bwd-r0-ncu-mix.json, Nsight Compute: measured),
+                           and the same kinds in the SASS of step 25 and of step 36's variants
+                           (results/h200/2026-12-02-bwd36-sass.json: counted, not timed).
 
 (part7-exp2-poly.png, chapter 32's, is drawn by scripts/fit_exp2_poly.py.)
 
@@ -259,42 +260,45 @@ def fig_desc_iterators(out):
     save(fig, out, "part7-desc-iterators.png", dpi=110)
 
 
-BWD_MIX = RESULTS / "2026-12-02-bwd-ncu-mix.json"
+BWD_MIX = RESULTS / "2026-12-02-bwd-r0-ncu-mix.json"
+BWD_SASS = RESULTS / "2026-12-02-bwd36-sass.json"
 
 
 def fig_bwd_mix(out):
-    """Measured (Nsight Compute, one launch each, bf16, no mask): executed instructions by kind and
-    the stall samples' reasons of the backward's main kernel, ours before and after step 36 and FA4's."""
+    """Left, measured (Nsight Compute, one launch each, bf16, no mask): the instructions step 25's
+    backward and FA4's execute, by kind. Right, counted from SASS (a CPU-side compile, not a
+    timing): the same kinds in the main kernel of step 25 and of each of step 36's variants."""
     plt = pyplot()
-    data = json.loads(BWD_MIX.read_text())
-    kernels, kinds = data["kernels"], data["kinds"]
     colors = [RED, ORANGE, GREEN, "#555555", BLUE, "#9467bd", "#bbbbbb"]
-    rows = [k for d in ("d64", "d128") for k in ("25/head_by_head " + d, "36/shared_space " + d, "fa4 " + d)]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
-    for i, key in enumerate(rows):
-        left = 0.0
-        for kind, c in zip(kinds, colors):
-            v = kernels[key]["by_kind"][kind] / 1e6
-            ax.barh(i, v, left=left, color=c, edgecolor="white", label=kind if i == 0 else None)
-            left += v
-        ax.text(left + 10, i, f"{kernels[key]['instructions'] / 1e6:.0f} M", va="center", fontsize=7)
-    labels = [k.replace(" d64", ", D = 64").replace(" d128", ", D = 128").replace("fa4", "FA4") for k in rows]
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("instructions executed (millions), one launch", fontsize=8)
-    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4)
-    reasons = ["long_sb", "wait", "barrier", "selected", "mio", "short_sb"]
-    width = 0.8 / len(rows)
-    for j, key in enumerate(rows):
-        share = kernels[key]["stall_share"]
-        bx.bar([x + j * width for x in range(len(reasons))], [100 * share.get(r, 0.0) for r in reasons], width,
-               label=labels[j], color=plt.cm.tab20(j))
-    bx.set_xticks([x + 0.4 - width / 2 for x in range(len(reasons))])
-    bx.set_xticklabels(reasons, fontsize=7)
-    bx.set_ylabel("share of the warps' stall samples (%)", fontsize=8)
-    bx.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11.5, 4.4))
+
+    def bars(axis, data, rows, scale, unit):
+        for i, key in enumerate(rows):
+            left = 0.0
+            for kind, c in zip(data["kinds"], colors):
+                v = data["kernels"][key]["by_kind"][kind] / scale
+                axis.barh(i, v, left=left, color=c, edgecolor="white", label=kind if i == 0 else None)
+                left += v
+            axis.text(left * 1.01, i, f"{data['kernels'][key]['instructions'] / scale:.0f}{unit}", va="center",
+                      fontsize=7)
+        axis.set_yticks(range(len(rows)))
+        axis.set_yticklabels([k.replace(" d64", ", D = 64").replace(" d128", ", D = 128").replace("fa4", "FA4")
+                              for k in rows], fontsize=7)
+        axis.invert_yaxis()
+
+    ncu = json.loads(BWD_MIX.read_text())
+    bars(ax, ncu, ["25/head_by_head d64", "fa4 d64", "25/head_by_head d128", "fa4 d128"], 1e6, " M")
+    ax.set_xlabel("instructions executed in one launch (millions; Nsight Compute)", fontsize=8)
+    ax.set_title("measured: step 25 against FlashAttention-4", fontsize=9)
+    sass = json.loads(BWD_SASS.read_text())
+    rows = [f"{v} {d}" for d in ("d64", "d128")
+            for v in ("25/head_by_head", "36/descriptors", "36/shared_space", "36/stmatrix")]
+    bars(bx, sass, rows, 1, "")
+    bx.set_xlabel("instructions in the kernel's SASS (static count, CPU-side compile)", fontsize=8)
+    bx.set_title("compiled: step 25 and step 36's three changes", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=7)
     save(fig, out, "part7-bwd-mix.png", dpi=110)
 
 
