@@ -11,7 +11,9 @@
   scripts/figures_part5.py     every part5-*.png (Part V)
   scripts/figures_part6.py     part6-split-kv, -paged, -decode-measured, -merge, -roofline
   scripts/figures_prefill.py   part6-gqa-order, -varlen-lpt, -prefill-measured (Part VI's prefill)
-  scripts/figures_part7.py     part7-lazy-rescale, -clocks-power, -overlap-pinned, -desc-iterators
+  scripts/figures_part7.py     part7-lazy-rescale, -clocks-power, -overlap-pinned, -desc-iterators, -bwd-mix
+  scripts/figures_part7_serving.py  part7-gqa-backward, -varlen-backward (chapters 37, 38; schematics)
+  scripts/figures_part7_order.py    part7-deterministic-order (chapter 39; a schematic)
   scripts/figures_course.py    course-path.png (the course's map)
 
 Each script's docstring lists its images and says which are schematic and which measured; what
@@ -27,7 +29,8 @@ import sys
 from figlib import out_dir, parser
 
 SCRIPTS = ["figures_part1_2.py", "figures_part3.py", "figures_part4.py", "figures_part5.py",
-           "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_course.py"]
+           "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_part7_serving.py",
+           "figures_part7_order.py", "figures_course.py"]
 
 
 def main():
