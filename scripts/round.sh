@@ -41,7 +41,8 @@
 #              beside PyTorch's backends and FlashAttention-4, one process, one timing method
 #   bwdpeers   scripts/peers.py --pass bwd: the backward (dQ, dK, dV) of PyTorch's FA2 and cuDNN
 #              backends and FlashAttention-4 beside the ladder's backward variants (98/cudnn and
-#              each of ROUND_BWD_STEPS' main variant) through libladder_capi.so, at Part V's shapes
+#              each of ROUND_BWD_STEPS' main variant) through libladder_capi.so, at Part V's shapes;
+#              37/group_in_cta on --grid bwd-gqa and 38/packed on --grid bwd-varlen --seed 3
 #   servepeers scripts/peers.py --pass serve: Part VI's shapes with PyTorch's SDPA (enable_gqa) and
 #              FlashAttention-4 (GQA, varlen, paged) beside the ladder's Part VI main variants
 #   compare    scripts/peers.py with two libraries (old=--old-lib, new=this build) in one process:
@@ -72,7 +73,8 @@
 # ROUND_CROSSCHECK_GRID (peers.py's grid for crosscheck: part4, the default, or part7),
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
-# ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25),
+# ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25 36 39; 37 and 38 run on the
+# bwd-gqa and bwd-varlen grids when the build lists them),
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
 # ROUND_COMPARE_PAIRS (OLD>NEW,... instead of the re-cut's ten pairs),
 # ROUND_JOBS (parallel test/sanitize processes, default 6), LABS_BIN, FA4_DIR (default .fa4),
@@ -553,7 +555,7 @@ stage_bwdpeers() {
   [ -f "$capi" ] || { note "bwdpeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
   local dt rc=0 s ids=() use main
   listed 98/cudnn && ids+=(98/cudnn)
-  for s in ${ROUND_BWD_STEPS:-24 25}; do  # each step's main variant (its only one, if it has one)
+  for s in ${ROUND_BWD_STEPS:-24 25 36 39}; do  # each step's main variant (its only one, if it has one)
     mapfile -t main < <(variants_of main "$s")
     ((${#main[@]})) || mapfile -t main < <(variants_of all "$s")
     ids+=("${main[@]}")
@@ -561,9 +563,18 @@ stage_bwdpeers() {
   ((${#ids[@]})) || note "  bwdpeers: no backward variant in this build: PyTorch's and FA4's rows only"
   for dt in "${dtypes[@]}"; do
     use=("${ids[@]}")
-    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 ${ROUND_BWD_STEPS:-24 25} 98 | sort))
+    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 ${ROUND_BWD_STEPS:-24 25 36 39} 98 | sort))
     peers_run "bwdpeers$(sfx "$dt")" --pass bwd --dtype "$dt" \
       ${use[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${use[@]}")"} || rc=1
+    # Part VII's serving backwards on their own grids (GQA; the seeded varlen batch of 24 sequences).
+    if listed 37/group_in_cta; then
+      peers_run "bwdpeers-gqa$(sfx "$dt")" --pass bwd --grid bwd-gqa --dtype "$dt" --ladder-lib "$capi" \
+        --ladder-variants 37/group_in_cta || rc=1
+    fi
+    if listed 38/packed; then
+      peers_run "bwdpeers-varlen$(sfx "$dt")" --pass bwd --grid bwd-varlen --seed 3 --dtype "$dt" \
+        --ladder-lib "$capi" --ladder-variants 38/packed || rc=1
+    fi
   done
   return $rc
 }
