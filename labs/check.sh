@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 lab=${1:-}
-if [[ ! "$lab" =~ ^L(0[1-9]|1[0-2])$ ]]; then
-  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07|L08|L09|L10|L11|L12 [--solution] [checker args]" >&2
+if [[ ! "$lab" =~ ^L(0[1-9]|1[0-3])$ ]]; then
+  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07|L08|L09|L10|L11|L12|L13 [--solution] [checker args]" >&2
   exit 2
 fi
 shift
@@ -24,18 +24,21 @@ if [ "${1:-}" = "--solution" ]; then mode=solution; shift; fi
 build=build/labs
 [ "$mode" = solution ] && build=build/labs-solution
 
-# L09 needs no harness and no GPU for its main check: its checker (Python) compiles your file with
-# nvcc itself and reads the SASS with cuobjdump (labs/L09_wait_placement/README.md).
-if [ "$lab" = L09 ]; then
+# L09 and L13 need no harness and no GPU for their main check: their checkers (Python) compile
+# your file with nvcc themselves and read the SASS with cuobjdump (labs/L09_wait_placement/README.md,
+# labs/L13_shared_by_name/README.md).
+if [ "$lab" = L09 ] || [ "$lab" = L13 ]; then
   args=("$@")
   [ "$mode" = solution ] && args=(--solution "${args[@]}")
-  timeout "${LADDER_LAB_TIMEOUT:-900}" python3 labs/L09_wait_placement/check.py "${args[@]}"
+  checker=labs/L09_wait_placement/check.py
+  [ "$lab" = L13 ] && checker=labs/L13_shared_by_name/check.py
+  timeout "${LADDER_LAB_TIMEOUT:-900}" python3 "$checker" "${args[@]}"
   rc=$?
   case $rc in
     0) echo "(exit 0: every check passed)";;
     1) echo "(exit 1: a check failed; the lines above say which and why)";;
     2) echo "(exit 2: bad usage, or your file did not compile)";;
-    77) echo "(exit 77: what could run passed; the L09 line above says what did not run: no GPU, or no cuobjdump)";;
+    77) echo "(exit 77: what could run passed; the $lab line above says what did not run: no GPU, or no cuobjdump)";;
     124) echo "(exit 124: the checker ran past ${LADDER_LAB_TIMEOUT:-900} s and was stopped)";;
     *) echo "(exit $rc: the checker itself failed)";;
   esac
