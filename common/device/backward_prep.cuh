@@ -154,6 +154,33 @@ Workspace carve(const BackwardArgs& a, int sems_per_head = 0) {
 template <int kBytes>
 using Chunk = std::conditional_t<kBytes == 16, uint4, std::conditional_t<kBytes == 8, uint2, unsigned>>;
 
+// One lane's share of D_i = Σ_d dO_id O_id: kPerLane consecutive elements of O and of dO from
+// element `at` (one load each), multiplied and added in one fma chain.
+template <int kPerLane, class Element>
+__device__ __forceinline__ float lane_row_dot(const Element* __restrict__ o, const Element* __restrict__ d_o,
+                                              std::int64_t at) {
+  using Loaded = Chunk<kPerLane * int(sizeof(Element))>;
+  static_assert(sizeof(Loaded) == kPerLane * sizeof(Element));
+  const Loaded o_chunk = *reinterpret_cast<const Loaded*>(o + at);
+  const Loaded do_chunk = *reinterpret_cast<const Loaded*>(d_o + at);
+  const Element* oe = reinterpret_cast<const Element*>(&o_chunk);
+  const Element* de = reinterpret_cast<const Element*>(&do_chunk);
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) sum = fmaf(ptx::element_to_float(oe[e]), ptx::element_to_float(de[e]), sum);
+  return sum;
+}
+
+// One lane's kPerLane floats of a dQ accumulator row set to 0 (16- or 8-byte stores).
+template <int kPerLane>
+__device__ __forceinline__ void zero_lane_row(float* acc) {
+#pragma unroll
+  for (int e = 0; e < kPerLane; e += 4) {
+    if constexpr (kPerLane % 4 == 0) *reinterpret_cast<float4*>(acc + e) = make_float4(0.f, 0.f, 0.f, 0.f);
+    else *reinterpret_cast<float2*>(acc + e) = make_float2(0.f, 0.f);
+  }
+}
+
 // ---- The preprocess kernel ----------------------------------------------------------------------
 // A 1-D grid over the padded rows of every head: a block's rows are kPrepThreads / kLanes
 // consecutive rows of one head (it divides kRowPad), so the head is one division per block.
@@ -165,33 +192,16 @@ __global__ void __launch_bounds__(kPrepThreads)
   constexpr int kLanes = Dot::kLanes;
   constexpr int kPerLane = kHeadDim / kLanes;
   constexpr int kRows = kPrepThreads / kLanes;  // per block
-  using Loaded = Chunk<kPerLane * int(sizeof(Element))>;
-  static_assert(kHeadDim % kLanes == 0 && kRowPad % kRows == 0 && sizeof(Loaded) == kPerLane * sizeof(Element));
+  static_assert(kHeadDim % kLanes == 0 && kRowPad % kRows == 0);
   const int n_pad = padded_rows(n);
   const unsigned blocks_per_head = unsigned(n_pad / kRows);
   const std::int64_t bh = blockIdx.x / blocks_per_head;
   const int i = int(blockIdx.x % blocks_per_head) * kRows + int(threadIdx.x) / kLanes;  // < n_pad
   const int lane = int(threadIdx.x) % kLanes;
 
-  float sum = 0.f;
-  if (i < n) {
-    const std::int64_t at = (bh * n + i) * kHeadDim + lane * kPerLane;
-    const Loaded o_chunk = *reinterpret_cast<const Loaded*>(o + at);
-    const Loaded do_chunk = *reinterpret_cast<const Loaded*>(d_o + at);
-    const Element* oe = reinterpret_cast<const Element*>(&o_chunk);
-    const Element* de = reinterpret_cast<const Element*>(&do_chunk);
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e)
-      sum = fmaf(ptx::element_to_float(oe[e]), ptx::element_to_float(de[e]), sum);
-  }
-  if (i < accum_rows) {  // every row the main kernel adds into starts at 0
-    float* acc = ws.dq_accum + (bh * accum_rows + i) * kHeadDim + lane * kPerLane;
-#pragma unroll
-    for (int e = 0; e < kPerLane; e += 4) {
-      if constexpr (kPerLane % 4 == 0) *reinterpret_cast<float4*>(acc + e) = make_float4(0.f, 0.f, 0.f, 0.f);
-      else *reinterpret_cast<float2*>(acc + e) = make_float2(0.f, 0.f);
-    }
-  }
+  float sum = i < n ? lane_row_dot<kPerLane>(o, d_o, (bh * n + i) * kHeadDim + lane * kPerLane) : 0.f;
+  if (i < accum_rows)  // every row the main kernel adds into starts at 0
+    zero_lane_row<kPerLane>(ws.dq_accum + (bh * accum_rows + i) * kHeadDim + lane * kPerLane);
   sum = Dot::sum_lanes(sum);  // every lane of the warp is here, rows past N included
   if (lane == 0) {
     const std::int64_t r = bh * n_pad + i;

@@ -34,6 +34,18 @@
 
 namespace ladder::bwd {
 
+// The last i in [0, count) with sorted[i] <= x (0 if none): the entry, sequence or token range that
+// holds x, for the ascending prefix arrays below.
+__host__ __device__ __forceinline__ int last_at_most(const int* sorted, int count, int x) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (sorted[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 struct VarlenBackwardPlan {
   static constexpr int kMaxSeqs = 1024;
   int seqs;
@@ -43,26 +55,9 @@ struct VarlenBackwardPlan {
   int block_start[kMaxSeqs + 1];  // entry i's key blocks are [block_start[i], block_start[i + 1])
   int pad_start[kMaxSeqs + 1];    // by sequence: where its padded rows start; [seqs] = total_pad
 
-  // The plan entry whose key blocks hold `block` (binary search over block_start).
-  __host__ __device__ int entry_of(int block) const {
-    int lo = 0, hi = seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (block_start[mid] <= block) lo = mid;
-      else hi = mid - 1;
-    }
-    return lo;
-  }
-  // The sequence whose padded rows hold `row` (binary search over pad_start).
-  __host__ __device__ int sequence_of_padded_row(int row) const {
-    int lo = 0, hi = seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (pad_start[mid] <= row) lo = mid;
-      else hi = mid - 1;
-    }
-    return lo;
-  }
+  // The plan entry whose key blocks hold `block`; the sequence whose padded rows hold `row`.
+  __host__ __device__ int entry_of(int block) const { return last_at_most(block_start, seqs, block); }
+  __host__ __device__ int sequence_of_padded_row(int row) const { return last_at_most(pad_start, seqs, row); }
 };
 
 inline std::optional<std::string> varlen_backward_refusal(const AttentionShape& s) {
@@ -108,8 +103,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   constexpr int kLanes = Dot::kLanes;
   constexpr int kPerLane = kHeadDim / kLanes;
   constexpr int kRows = kPrepThreads / kLanes;  // per block: they divide kRowPad, so one sequence's
-  using Loaded = Chunk<kPerLane * int(sizeof(Element))>;
-  static_assert(kHeadDim % kLanes == 0 && kRowPad % kRows == 0 && sizeof(Loaded) == kPerLane * sizeof(Element));
+  static_assert(kHeadDim % kLanes == 0 && kRowPad % kRows == 0);
   const unsigned blocks_per_head = unsigned(plan.total_pad / kRows);
   const int h = int(blockIdx.x / blocks_per_head);
   const int r = int(blockIdx.x % blocks_per_head) * kRows + int(threadIdx.x) / kLanes;  // < total_pad
@@ -119,23 +113,9 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int len = cu_seqlens[b + 1] - cu_seqlens[b];
   const std::int64_t token = std::int64_t(cu_seqlens[b]) + i;
 
-  float sum = 0.f;
-  if (i < len) {
-    const std::int64_t at = (token * heads + h) * kHeadDim + lane * kPerLane;
-    const Loaded o_chunk = *reinterpret_cast<const Loaded*>(o + at);
-    const Loaded do_chunk = *reinterpret_cast<const Loaded*>(d_o + at);
-    const Element* oe = reinterpret_cast<const Element*>(&o_chunk);
-    const Element* de = reinterpret_cast<const Element*>(&do_chunk);
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e)
-      sum = fmaf(ptx::element_to_float(oe[e]), ptx::element_to_float(de[e]), sum);
-  }
-  float* acc = ws.dq_accum + (std::int64_t(h) * plan.total_pad + r) * kHeadDim + lane * kPerLane;
-#pragma unroll
-  for (int e = 0; e < kPerLane; e += 4) {  // every padded row starts at 0 (the layout is a permutation)
-    if constexpr (kPerLane % 4 == 0) *reinterpret_cast<float4*>(acc + e) = make_float4(0.f, 0.f, 0.f, 0.f);
-    else *reinterpret_cast<float2*>(acc + e) = make_float2(0.f, 0.f);
-  }
+  float sum = i < len ? lane_row_dot<kPerLane>(o, d_o, (token * heads + h) * kHeadDim + lane * kPerLane) : 0.f;
+  // Every padded row starts at 0 (the layout is a permutation of the head's rows).
+  zero_lane_row<kPerLane>(ws.dq_accum + (std::int64_t(h) * plan.total_pad + r) * kHeadDim + lane * kPerLane);
   sum = Dot::sum_lanes(sum);
   if (lane == 0) {
     const std::int64_t at = std::int64_t(h) * plan.total_pad + r;
@@ -157,13 +137,8 @@ __global__ void __launch_bounds__(kPrepThreads)
     const std::int64_t row = idx / kPieces;  // (token, head), packed
     const int col = int(idx % kPieces) * kElems;
     const int token = int(row / heads), h = int(row % heads);
-    int lo = 0, hi = plan.seqs - 1;  // the token's sequence: the last b with cu_seqlens[b] <= token
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (cu_seqlens[mid] <= token) lo = mid;
-      else hi = mid - 1;
-    }
-    const int padded_row = plan.pad_start[lo] + (token - cu_seqlens[lo]);
+    const int b = last_at_most(cu_seqlens, plan.seqs, token);  // the token's sequence
+    const int padded_row = plan.pad_start[b] + (token - cu_seqlens[b]);
     const float* head = dq_accum + std::int64_t(h) * plan.total_pad * kHeadDim;
     const float2 a = *reinterpret_cast<const float2*>(head + DqFragments::offset<kHeadDim>(padded_row, col));
     const float2 c = *reinterpret_cast<const float2*>(head + DqFragments::offset<kHeadDim>(padded_row, col + 2));

@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto pass_pending_turn = [&] {  // the last add is complete: its turn goes to the next key block
     if (pending_m < 0) return;
     hopper::tma_store_wait_all();
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the async add before the release
+    hopper::fence_proxy_async_global();  // the async add before the release
     bwd::pass_turn(sem_of(pending_m), turn_at(pending_m) + 1);
   };
   hopper::mbarrier_wait(&st.kv_full, 0);
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       if (dq_lane == 0) {
         pass_pending_turn();
         bwd::wait_turn(sem_of(m), turn_at(m));
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the acquire before the async add
+        hopper::fence_proxy_async_global();  // the acquire before the async add
         pending_m = m;
       }
       hopper::reduce_add_dq_rows(dq, st.dq[dq_warp], dq_lane, [&] {

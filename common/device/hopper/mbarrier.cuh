@@ -85,6 +85,11 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// The same between the async proxy's global-memory operations (a bulk reduce-add) and ordinary
+// ones (a semaphore's acquire or release) of the same thread (step 39's ordered dQ).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 #endif  // LADDER_SM90A
 
 }  // namespace ladder::hopper
