@@ -3,14 +3,15 @@
 source export (`ncu --import R.ncu-rep --page source --csv --print-source sass`): the evidence of
 chapter 36's figure (where a backward's instructions go, ours against FlashAttention-4's).
 
-  scripts/ncu_mix.py LABEL=EXPORT.csv[:KERNEL_SUBSTRING] ... --out FILE.json [--note TEXT]
+  scripts/ncu_mix.py LABEL=EXPORT.csv[:KERNEL_SUBSTRING] ... --out FILE.json [--note TEXT] [--top N]
 
 Each export may hold several kernels (FA4's preprocess, main and postprocess); KERNEL_SUBSTRING
 picks one (default: the one with the most executed instructions). Kinds: the uniform datapath
 (U*: descriptor and address arithmetic), generic loads and stores (LD/ST: an address-space test
 each), shared-memory accesses (LDS/STS/STSM/LDSM), the products (HGMMA and the WARPGROUP fences),
 the softmax arithmetic (FFMA/FMUL/FADD/FSEL/MUFU/F2FP), synchronisation and branches
-(SYNCS/BAR/BRA/...), and the rest.
+(SYNCS/BAR/BRA/...), and the rest. --top N also lists each kernel's N instructions with the most
+stall samples (their SASS, share of the kernel's samples and two largest reasons).
 """
 import argparse
 import collections
@@ -68,7 +69,7 @@ def number(text):
     return float(text) if text else 0.0
 
 
-def summarize(path, pick):
+def summarize(path, pick, top=0):
     secs = sections(path)
     if not secs:
         sys.exit(f"ncu_mix: {path} has no kernel section (is it a --page source --csv export?)")
@@ -91,10 +92,18 @@ def summarize(path, pick):
         for c in stall_cols:
             stalls[c[len("stall_"):]] += number(r[idx[c]])
     total_samples = sum(stalls.values()) or 1.0
+    hottest = []
+    if top:
+        col = "Warp Stall Sampling (All Samples)"
+        for r in sorted(rows, key=lambda r: -number(r[idx[col]]))[:top]:
+            reasons = sorted(((number(r[idx[c]]), c[len("stall_"):]) for c in stall_cols), reverse=True)[:2]
+            hottest.append({"sass": " ".join(r[idx["Source"]].split()), "share": round(number(r[idx[col]]) / total_samples, 4),
+                            "reasons": [name for _, name in reasons]})
     return {"kernel": name, "instructions": int(sum(by_kind.values())),
             "by_kind": {k: int(by_kind[k]) for k in KINDS},
             "top_opcodes": {k: int(v) for k, v in by_op.most_common(16)},
-            "stall_share": {k: round(v / total_samples, 4) for k, v in stalls.most_common(10)}}
+            "stall_share": {k: round(v / total_samples, 4) for k, v in stalls.most_common(10)},
+            **({"most_stalled": hottest} if top else {})}
 
 
 def main():
@@ -102,6 +111,7 @@ def main():
     ap.add_argument("inputs", nargs="+", help="LABEL=EXPORT.csv[:KERNEL_SUBSTRING]")
     ap.add_argument("--out", required=True)
     ap.add_argument("--note", default="")
+    ap.add_argument("--top", type=int, default=0, help="also list each kernel's N most stalled instructions")
     args = ap.parse_args()
     out = {"note": args.note, "kinds": KINDS, "kernels": {}}
     for spec in args.inputs:
@@ -109,7 +119,7 @@ def main():
             ap.error(f"'{spec}' is not LABEL=EXPORT.csv[:KERNEL]")
         label, rest = spec.split("=", 1)
         path, _, pick = rest.partition(":")
-        out["kernels"][label] = summarize(path, pick)
+        out["kernels"][label] = summarize(path, pick, args.top)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
