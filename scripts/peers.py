@@ -99,7 +99,9 @@ import peers_bwd  # noqa: E402  (its shapes are read through the module: the CPU
 from peers_bwd import BWD_SERVING_GRIDS, BWD_VARLEN_COUNT, BWD_VARLEN_MAX, ServingBackwardShape  # noqa: E402
 from peers_serve import load_fa4_varlen  # noqa: E402
 
-BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4")
+BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4", "fa4-deterministic")
+# FlashAttention-4's backward with deterministic=True (its dQ semaphores): the yardstick of step 39.
+FA4_BACKENDS = ("fa4", "fa4-deterministic")
 # --pass bwd's default: PyTorch's FlashAttention-2 and cuDNN backends, and FlashAttention-4.
 BACKWARD_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "fa4")
 
@@ -283,11 +285,14 @@ def parse_args(argv):
     if args.varlen_count < 1 or args.varlen_max < 1:
         ap.error("--varlen-count and --varlen-max must be positive")
     if args.backends is None:
-        args.backends = ",".join(BACKWARD_BACKENDS if backward else SERVE_BACKENDS if serve else BACKEND_NAMES)
+        args.backends = ",".join(BACKWARD_BACKENDS if backward else SERVE_BACKENDS if serve
+                                 else [b for b in BACKEND_NAMES if b != "fa4-deterministic"])
     backends = [x for x in args.backends.split(",") if x]
     for b in backends:
         if b not in BACKEND_NAMES:
             ap.error(f"--backends: unknown '{b}' (known: {', '.join(BACKEND_NAMES)})")
+    if "fa4-deterministic" in backends and (not backward or args.grid in BWD_SERVING_GRIDS):
+        ap.error("--backends fa4-deterministic: a dense backward's peer (--pass bwd --grid bwd or part7)")
     labels = parse_ladder_libs(args.ladder_lib)
     variants = [parse_variant(x, labels) for x in args.ladder_variants.split(",") if x]
     pairs = parse_pairs(args.ladder_pairs, labels)
@@ -417,19 +422,20 @@ def candidates(sh, args, backends, fa4, libs, variants):
                 box["out"] = sh.sdpa(sh.q, sh.k, sh.v, name)
             return call, lambda: box["out"]
         out.append((name, make))
-    if fa4 is not None:
-        def make_fa4():
+    for name in [b for b in backends if b in FA4_BACKENDS] if fa4 is not None else []:
+        def make_fa4(deterministic=name == "fa4-deterministic"):
             if sh.backward:  # FA4 on [B, N, H, D]: its inputs, dO and gradients transposed
                 qt, kt, vt, d_ot = (x.transpose(1, 2).contiguous() for x in (sh.q, sh.k, sh.v, sh.d_o))
+                extra = {"deterministic": True} if deterministic else {}
 
                 def forward(q_, k_, v_):
-                    res = fa4(q_, k_, v_, causal=sh.causal)
+                    res = fa4(q_, k_, v_, causal=sh.causal, **extra)
                     return res[0] if isinstance(res, (tuple, list)) else res
                 call, box = autograd_backward(forward, (qt, kt, vt), d_ot, sh.stream)
                 return call, lambda: tuple(g.transpose(1, 2) for g in box["grads"])
             call, box = fa4_call(fa4, sh.q, sh.k, sh.v, sh.causal)
             return call, lambda: box["out"].transpose(1, 2)
-        out.append(("fa4", make_fa4))
+        out.append((name, make_fa4))
     bf16 = args.dtype == "bf16"
     for label, vid in variants:
         def make_ladder(label=label, vid=vid):
@@ -512,8 +518,9 @@ def main(argv=None):
             if libs.serving_fns.get(label) is None:
                 print(f"{libs.paths[label]}: no ladder_attention_serving (built before Part VI): its rows are skipped",
                       flush=True)
-    fa4, fa4_version = load_fa4() if "fa4" in backends else (None, "not asked for")
-    if "fa4" in backends and fa4 is None:
+    wants_fa4 = any(b in FA4_BACKENDS for b in backends)
+    fa4, fa4_version = load_fa4() if wants_fa4 else (None, "not asked for")
+    if wants_fa4 and fa4 is None:
         print(f"fa4: skipped, {fa4_version}", flush=True)
     torch.manual_seed(args.seed)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

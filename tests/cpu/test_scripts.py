@@ -382,6 +382,16 @@ def test_peers_backward(tmp):
           and rows.get(("ladder:24/no_mask", True), {}).get("output_check") == "FAIL",
           "backward: the variant without the mask passes without one and fails causal")
     check(data.get("complete") is True, "... and the file is still written")
+    r, data, rows = run_fake_peers(tmp, "fake-bwd-det", "needs-deterministic", "--pass", "bwd",
+                                   "--backends", "sdpa-cudnn,fa4,fa4-deterministic")
+    check(r.returncode == 1 and all(rows.get(("fa4-deterministic", c), {}).get("output_check") == "pass"
+                                    for c in (False, True))
+          and rows.get(("fa4", False), {}).get("output_check") == "FAIL",
+          "--backends fa4-deterministic: FA4 called with deterministic=True (a stand-in that needs it passes; "
+          "plain fa4 beside it does not)")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/peers.py"), "--out", str(tmp / "x.json"), "--backends",
+                        "fa4-deterministic"], capture_output=True, text=True, env=NO_GPU, timeout=60)
+    check(r.returncode == 2 and "a dense backward's peer" in r.stderr, "fa4-deterministic in a forward pass: exit 2")
     make_tables.DOCS = tmp
     t = make_tables.render("crosscheck fake-bwd.json ids=98/cudnn")
     check(t.startswith("Backward (dQ, dK, dV") and "| 1 | 2 | 40 | 16 | causal |" in t,

@@ -4,7 +4,8 @@ FAKE_FA4=wrong reads its inputs as [B, H, N, D] (the layout mistake the output c
 FAKE_FA4=missing makes the import fail. flash_attn_varlen_func: the packed batch (cu_seqlens) and
 the paged cache (page_table into pools [num_pages, page_size, Hkv, D], seqused_k), causal aligned to
 the end as FlashAttention's, and the packed batch's output carries its backward (per sequence);
-FAKE_FA4=sm90 refuses the page table as FA4 does on sm_90."""
+FAKE_FA4=sm90 refuses the page table as FA4 does on sm_90. FAKE_FA4=needs-deterministic answers
+wrongly unless deterministic=True is passed (the check that --backends fa4-deterministic asks for it)."""
 import os
 
 import numpy as np
@@ -16,8 +17,9 @@ if os.environ.get("FAKE_FA4") == "missing":
     raise ImportError("no module named cutlass (fake)")
 
 
-def flash_attn_func(q, k, v, causal=False):
-    if os.environ.get("FAKE_FA4") == "wrong":
+def flash_attn_func(q, k, v, causal=False, deterministic=False):
+    if os.environ.get("FAKE_FA4") == "wrong" or (os.environ.get("FAKE_FA4") == "needs-deterministic"
+                                                 and not deterministic):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal), None
     t = lambda a: np.ascontiguousarray(np.swapaxes(a, 1, 2))  # noqa: E731  [B, N, H, D] <-> [B, H, N, D]
     o, backward = F.attention(t(q.a), t(k.a), t(v.a), causal, end_aligned=True)
