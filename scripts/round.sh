@@ -73,7 +73,7 @@
 # ROUND_CROSSCHECK_GRID (peers.py's grid for crosscheck: part4, the default, or part7),
 # ROUND_CUDA_ARCH (default 90a on sm_90, else native), ROUND_TEST_STEPS, ROUND_SANITIZE_TOOLS
 # (default memcheck racecheck synccheck initcheck), ROUND_CROSSCHECK_IDS, ROUND_NCU_IDS,
-# ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25 36 39; 37 and 38 run on the
+# ROUND_BWD_STEPS (the backward steps of bwdpeers, default 24 25 36 39 40; 37 and 38 run on the
 # bwd-gqa and bwd-varlen grids when the build lists them),
 # ROUND_OLD_COMMIT (the commit the --old-lib was built from, recorded in compare's JSON),
 # ROUND_COMPARE_PAIRS (OLD>NEW,... instead of the re-cut's ten pairs),
@@ -555,7 +555,7 @@ stage_bwdpeers() {
   [ -f "$capi" ] || { note "bwdpeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
   local dt rc=0 s ids=() use main
   listed 98/cudnn && ids+=(98/cudnn)
-  for s in ${ROUND_BWD_STEPS:-24 25 36 39}; do  # each step's main variant (its only one, if it has one)
+  for s in ${ROUND_BWD_STEPS:-24 25 36 39 40}; do  # each step's main variant (its only one, if it has one)
     mapfile -t main < <(variants_of main "$s")
     ((${#main[@]})) || mapfile -t main < <(variants_of all "$s")
     ids+=("${main[@]}")
@@ -563,7 +563,7 @@ stage_bwdpeers() {
   ((${#ids[@]})) || note "  bwdpeers: no backward variant in this build: PyTorch's and FA4's rows only"
   for dt in "${dtypes[@]}"; do
     use=("${ids[@]}")
-    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 ${ROUND_BWD_STEPS:-24 25 36 39} 98 | sort))
+    [ "$dt" = bf16 ] && mapfile -t use < <(comm -12 <(printf '%s\n' "${ids[@]}" | sort) <(variants_of bf16 ${ROUND_BWD_STEPS:-24 25 36 39 40} 98 | sort))
     peers_run "bwdpeers$(sfx "$dt")" --pass bwd --dtype "$dt" \
       ${use[0]:+--ladder-lib "$capi" --ladder-variants "$(csv "${use[@]}")"} || rc=1
     # Part VII's serving backwards on their own grids (GQA; the seeded varlen batch of 24 sequences).

@@ -80,6 +80,10 @@ problems_of() {
     # whole GPU the rotated walk (no mask) with its cycle of waits.
     39) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"
         echo "base --b 1 --heads 2 --n 563" ;;
+    # 40 (the dQ writer warp): 39's two problems; the writer's staging buffers (2 at D = 128: 9
+    # blocks, W = 5; 1 at D = 64: 5 blocks) and both variants (atomic, ordered both ways).
+    40) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"
+        echo "base --b 1 --heads 2 --n 563" ;;
     # 37 (GQA backward): the dense problem, and 4 query heads on 2 K/V heads: a CTA's ring runs on
     # across the group's 2 heads, 10 blocks at D = 64 (W = 4), 18 at D = 128 (W = 8).
     37) echo "base --b 1 --heads 2 --n 563 --grid-sms 3"
@@ -119,7 +123,7 @@ problems_of() {
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-39"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-40"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0

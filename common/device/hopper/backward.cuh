@@ -186,21 +186,25 @@ __device__ __forceinline__ void issue_ds_k(float (&dq)[kDqRegs], std::uint32_t a
   }
 }
 
-// A warp's 16 rows of a finished dQ product into the fp32 accumulator: 8 conflict-free 16-byte
-// stores a lane into its staging buffer `stage` (16 × 64 floats, in the fragment order of
-// bwd::DqFragments), then one bulk reduce-add by lane 0 (a float add per element in the L2: the
-// CTAs of the head's other key blocks add into the same rows), no per-element atomics. The
-// buffer's previous reduce, issued by lane 0, must have read it first. `dst_of()` gives the
-// rows' place in the accumulator; only lane 0 computes it.
+// A warp's 16 rows of a finished dQ product into shared memory: 8 conflict-free 16-byte stores a
+// lane into `stage` (16 × 64 floats, in the fragment order of bwd::DqFragments).
+template <int kDqRegs>
+__device__ __forceinline__ void stage_dq_rows(const float (&dq)[kDqRegs], float* stage, int lane) {
+#pragma unroll
+  for (int j = 0; j < kDqRegs / 4; ++j)
+    *reinterpret_cast<float4*>(stage + (j * 32 + lane) * 4) =
+        make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+}
+// The same rows into the fp32 accumulator: staged, then one bulk reduce-add by lane 0 (a float
+// add per element in the L2: the CTAs of the head's other key blocks add into the same rows), no
+// per-element atomics. The buffer's previous reduce, issued by lane 0, must have read it first.
+// `dst_of()` gives the rows' place in the accumulator; only lane 0 computes it.
 template <int kDqRegs, class DstOf>
 __device__ __forceinline__ void reduce_add_dq_rows(const float (&dq)[kDqRegs], float* stage, int lane,
                                                    DstOf&& dst_of) {
   if (lane == 0) tma_store_wait_read();
   __syncwarp();
-#pragma unroll
-  for (int j = 0; j < kDqRegs / 4; ++j)
-    *reinterpret_cast<float4*>(stage + (j * 32 + lane) * 4) =
-        make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+  stage_dq_rows(dq, stage, lane);
   fence_proxy_async_smem();  // the bulk reduce reads what the stores wrote
   __syncwarp();
   if (lane == 0) {

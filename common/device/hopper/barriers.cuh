@@ -25,7 +25,14 @@ enum class NamedBarrier : int {
   // The backward (step 25): "every consumer warpgroup has staged its rows of dS in shared
   // memory", synced by all consumer threads before dQ = dS K reads the whole tile.
   kDsStaged = 7,
-  kCount = 8,
+  // The backward's dQ writer warp (step 40): "the consumers have staged buffer b's block of dQ"
+  // (arrived at by every consumer thread, synced by the writer warp) and "the writer is done
+  // reading buffer b" (arrived at by the writer, synced by the consumers); 2·128 + 32 threads.
+  kDqFull0 = 8,
+  kDqFull1 = 9,
+  kDqEmpty0 = 10,
+  kDqEmpty1 = 11,
+  kCount = 12,
 };
 static_assert(int(NamedBarrier::kCount) <= 16, "a CTA has 16 named barriers");
 
@@ -35,6 +42,15 @@ __device__ __host__ constexpr int turn_barrier(int consumer) {
 __device__ __host__ constexpr int epilogue_barrier(int consumer) {
   return int(NamedBarrier::kEpilogue0) + consumer;
 }
+inline constexpr int kMaxDqStages = 2;  // staging buffers of the dQ writer warp
+__device__ __host__ constexpr int dq_full_barrier(int buffer) {
+  return int(NamedBarrier::kDqFull0) + buffer;
+}
+__device__ __host__ constexpr int dq_empty_barrier(int buffer) {
+  return int(NamedBarrier::kDqEmpty0) + buffer;
+}
+static_assert(dq_full_barrier(kMaxDqStages - 1) == int(NamedBarrier::kDqFull1));
+static_assert(dq_empty_barrier(kMaxDqStages - 1) == int(NamedBarrier::kDqEmpty1));
 static_assert(turn_barrier(kMaxConsumers - 1) == int(NamedBarrier::kTurn2));
 static_assert(epilogue_barrier(kMaxConsumers - 1) == int(NamedBarrier::kEpilogue2));
 
