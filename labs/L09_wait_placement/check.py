@@ -29,12 +29,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import wait_placement  # noqa: E402  the SASS parser chapter 31 uses (functions, event, compress)
+import lab_selftest  # noqa: E402  the script-checker labs' selftest loop
 
 LAB = "L09"
 KERNEL_FILE = "overlap.cu"
@@ -305,31 +305,8 @@ def selftest(args):
          FAIL, r"is before the marked region and differs"),
         ("a marker removed", starter.replace(END, "// the end"), FAIL, r"must each appear once"),
     ]
-    bad = 0
-    with tempfile.TemporaryDirectory(prefix="lab09-selftest-") as tmp:
-        for i, (what, text, want_rc, want) in enumerate(cases):
-            f = pathlib.Path(tmp) / f"case{i}" / KERNEL_FILE
-            f.parent.mkdir()
-            f.write_text(text + ("\n" if not text.endswith("\n") else ""))
-            cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--cpu", "--file", str(f), "--build", str(f.parent)]
-            if args.nvcc:
-                cmd += ["--nvcc", args.nvcc]
-            for tool in ("cuobjdump", "nvdisasm"):
-                if getattr(args, tool):
-                    cmd += [f"--{tool}", getattr(args, tool)]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            out = r.stdout + r.stderr
-            if r.returncode == SKIP and "SKIPPED" in out:
-                print(f"selftest: skipped ({out.strip().splitlines()[-1]})")
-                return SKIP
-            ok = r.returncode == want_rc and re.search(want, out, re.M)
-            print(f"  {'ok  ' if ok else 'FAIL'} {what}: exit {r.returncode}")
-            if not ok:
-                bad += 1
-                print("    expected exit", want_rc, "and /" + want + "/; the checker printed:")
-                print("    " + out.replace("\n", "\n    "))
-    print(f"selftest: {'PASS' if not bad else f'FAIL ({bad} cases)'}")
-    return PASS if not bad else FAIL
+    cases = [(what, text + ("\n" if not text.endswith("\n") else ""), rc, want) for what, text, rc, want in cases]
+    return lab_selftest.run_cases(pathlib.Path(__file__).resolve(), KERNEL_FILE, cases, args, "lab09-selftest-")
 
 
 def main(argv):

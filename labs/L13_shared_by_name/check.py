@@ -39,12 +39,12 @@ import struct
 import subprocess
 import sys
 import sysconfig
-import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import wait_placement  # noqa: E402  the cuobjdump -sass parser chapter 31 uses (functions)
+import lab_selftest  # noqa: E402  the script-checker labs' selftest loop
 
 LAB = "L13"
 KERNEL_FILE = "shared_by_name.cu"
@@ -512,29 +512,8 @@ def selftest(args):
          FAIL, r"is after the marked region and differs"),
         ("a marker removed", reference.replace(END, "// the end"), FAIL, r"must each appear once"),
     ]
-    with tempfile.TemporaryDirectory(prefix="lab13-selftest-") as tmp:
-        for i, (what, text, want_rc, want) in enumerate(cases):
-            f = pathlib.Path(tmp) / f"case{i}" / KERNEL_FILE
-            f.parent.mkdir()
-            f.write_text(text)
-            cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--cpu", "--file", str(f),
-                   "--build", str(f.parent), "--starter-build", str(pathlib.Path(tmp) / "starter")]
-            for tool in ("nvcc", "cuobjdump", "nvdisasm"):
-                if getattr(args, tool):
-                    cmd += [f"--{tool}", getattr(args, tool)]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            out = r.stdout + r.stderr
-            if r.returncode == SKIP and "SKIPPED" in out:
-                print(f"selftest: skipped ({out.strip().splitlines()[-1]})")
-                return SKIP
-            ok = r.returncode == want_rc and re.search(want, out, re.M)
-            print(f"  {'ok  ' if ok else 'FAIL'} {what}: exit {r.returncode}")
-            if not ok:
-                bad += 1
-                print("    expected exit", want_rc, "and /" + want + "/; the checker printed:")
-                print("    " + out.replace("\n", "\n    "))
-    print(f"selftest: {'PASS' if not bad else f'FAIL ({bad} cases)'}")
-    return PASS if not bad else FAIL
+    return lab_selftest.run_cases(pathlib.Path(__file__).resolve(), KERNEL_FILE, cases, args, "lab13-selftest-",
+                                  lambda tmp: ["--starter-build", str(pathlib.Path(tmp) / "starter")])
 
 
 def main(argv):
