@@ -53,6 +53,13 @@ class DeviceBuffer {
   void fill_bytes(int value, cudaStream_t stream) {
     if (count_ > 0) CUDA_CHECK(cudaMemsetAsync(ptr_, value, bytes(), stream));
   }
+  // Zero every byte, at set-up (waits for it, like upload): what a variant's workspace gets once,
+  // when it is allocated.
+  void zero() {
+    if (count_ == 0) return;
+    CUDA_CHECK(cudaMemset(ptr_, 0, bytes()));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
  private:
   T* ptr_ = nullptr;

@@ -60,7 +60,9 @@ struct AttentionArgs {
   const __half* v;
   __half* o;           // [B, H, N, D], poisoned with NaN before the launch
   float* lse;          // [B, H, N]; written only by variants with writes_lse
-  void* workspace;     // workspace_bytes(shape) bytes, or null
+  void* workspace;     // workspace_bytes(shape) bytes, or null; zeroed before its first launch on
+                       //   a problem, never between launches: a kernel that keeps counters there
+                       //   (step 41) leaves them at zero; nothing else may assume the contents
   // The device the launch runs on, filled by whoever launches (the runner, the C interface), so
   // that a kernel sized to the GPU (a persistent grid, an L2-sized schedule) need not ask it.
   int sm_count = 0;            // streaming multiprocessors

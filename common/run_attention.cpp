@@ -178,6 +178,7 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
   const AttentionShape& shape = p.shape;
   AttentionBuffers& b = p.buffers;
   auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(variant.workspace_bytes(shape));
+  workspace->zero();  // the contract of AttentionArgs::workspace (common/registry.hpp)
   const AttentionArgs args = attention_args(
       shape, b.dq.get(), b.dk.get(), b.dv.get(), b.dout.get(), b.dlse.get(), workspace->get(),
       {p.sm_count, p.session.gpu.l2_bytes},

@@ -125,11 +125,16 @@ Device current_device() {
   return {10 * major + minor, sms, std::size_t(l2)};
 }
 
-// Workspaces by (variant id, bytes), kept for the life of the process.
-std::map<std::tuple<std::string, std::size_t>, std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>>>&
-workspaces() {
-  static std::map<std::tuple<std::string, std::size_t>,
-                  std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>>> cache;
+// Workspaces by (variant id, bytes), kept for the life of the process, each with the problem it
+// served last: zeroed when allocated and again when another problem takes it over
+// (AttentionArgs::workspace's contract: a kernel's counters there are 0 between its launches on
+// one problem, and another problem's partials may sit where this one's counters go).
+struct Workspace {
+  std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>> buffer;
+  std::string problem;
+};
+std::map<std::tuple<std::string, std::size_t>, Workspace>& workspaces() {
+  static std::map<std::tuple<std::string, std::size_t>, Workspace> cache;
   return cache;
 }
 
@@ -161,8 +166,12 @@ Prepared prepare(const char* id, const char* kind, const AttentionShape& shape) 
     throw CallError{std::string(id) + " does not run " + shape.to_string() + ": " + *refused};
   const std::size_t bytes = variant->workspace_bytes(shape);
   auto& slot = workspaces()[{std::string(id), bytes}];
-  if (!slot) slot = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
-  return {variant, shape, gpu, slot->get()};
+  if (!slot.buffer) slot.buffer = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
+  if (const std::string problem = shape.to_string(); slot.problem != problem) {
+    slot.buffer->zero();
+    slot.problem = problem;
+  }
+  return {variant, shape, gpu, slot.buffer->get()};
 }
 template <class Launch>
 Prepared prepare(const char* id, const char* kind, int batch, int heads, int seqlen, int head_dim,

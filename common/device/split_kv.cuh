@@ -1,7 +1,7 @@
 // The combine of split-KV decoding (flash-decoding): the partial outputs of the key ranges of one
 // query row, merged by their log-sum-exps, across CTAs (combine_splits) and across the warps of
-// one CTA (merge_warps_and_store). Steps 28 and 29 share both (common/split_kv.hpp has the
-// split rule and the workspace's size).
+// one CTA (merge_warps_and_store). Steps 28, 29 and 41 share them (common/split_kv.hpp has the
+// split rule and the workspace's size); 41 runs combine_row inside its own kernel.
 //
 // Why the merge is exact. Split s saw the keys J_s of the row and wrote
 //   O_s = Σ_{j∈J_s} e^{x_j} v_j / Z_s,   Z_s = Σ_{j∈J_s} e^{x_j},   LSE_s = log Z_s
@@ -45,39 +45,47 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// kHeadDim / 32 consecutive columns per lane: a warp reads one split's row as one 256- or
-// 512-byte piece, and writes the output row in one piece.
-template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kCombineThreads)
-    combine_splits(const float* __restrict__ o_partial, const float* __restrict__ lse2_partial,
-                   Element* __restrict__ o, float* __restrict__ lse, std::int64_t rows, int splits) {
+// One query row's merge: kHeadDim / 32 consecutive columns per lane, so a warp reads one split's
+// row as one 256- or 512-byte piece and writes the output row in one piece. The warp's lanes all
+// take part (the shuffles); the splits are summed in order 0, 1, ..., whoever runs the merge, so
+// the result does not depend on which CTA or kernel does it. kFromL2: read the partials past L1
+// (ld.global.cg), for a merge inside the kernel that wrote them: other SMs' stores are in L2, and
+// this SM's L1 is not kept coherent with them.
+template <class Element, int kHeadDim, bool kFromL2 = false>
+__device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
+                                            const float* __restrict__ lse2_partial,
+                                            Element* __restrict__ o, float* __restrict__ lse,
+                                            std::int64_t row, int splits, int lane) {
   constexpr int kPerLane = kHeadDim / 32;
   static_assert(kPerLane == 2 || kPerLane == 4, "D = 64 or 128");
-  const int lane = threadIdx.x % 32;
-  const std::int64_t row = std::int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
-  if (row >= rows) return;  // the whole warp
+  auto load = [](const auto* p) {
+    if constexpr (kFromL2) return __ldcg(p);
+    else return *p;
+  };
   const float* row_lse = lse2_partial + row * splits;
 
   float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, row_lse[s]);
+  for (int s = lane; s < splits; s += 32) m = fmaxf(m, load(row_lse + s));
   m = warp_max(m);
   float z = 0.f;
-  for (int s = lane; s < splits; s += 32)
-    if (row_lse[s] != -INFINITY) z += exp2f(row_lse[s] - m);
+  for (int s = lane; s < splits; s += 32) {
+    const float ls = load(row_lse + s);
+    if (ls != -INFINITY) z += exp2f(ls - m);
+  }
   z = warp_sum(z);
   const float lse2 = z > 0.f ? m + log2f(z) : -INFINITY;
 
   float acc[kPerLane] = {};
   const float* row_o = o_partial + row * splits * kHeadDim + lane * kPerLane;
   for (int s = 0; s < splits; ++s) {
-    const float ls = row_lse[s];  // the same address in every lane: one broadcast
+    const float ls = load(row_lse + s);  // the same address in every lane: one broadcast
     if (ls == -INFINITY) continue;
     const float w = exp2f(ls - lse2);
     if constexpr (kPerLane == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(row_o + std::int64_t(s) * kHeadDim);
+      const float4 x = load(reinterpret_cast<const float4*>(row_o + std::int64_t(s) * kHeadDim));
       acc[0] += w * x.x, acc[1] += w * x.y, acc[2] += w * x.z, acc[3] += w * x.w;
     } else {
-      const float2 x = *reinterpret_cast<const float2*>(row_o + std::int64_t(s) * kHeadDim);
+      const float2 x = load(reinterpret_cast<const float2*>(row_o + std::int64_t(s) * kHeadDim));
       acc[0] += w * x.x, acc[1] += w * x.y;
     }
   }
@@ -88,6 +96,16 @@ __global__ void __launch_bounds__(kCombineThreads)
   else
     *reinterpret_cast<std::uint32_t*>(dst) = ptx::pack2_as<Element>(acc[0], acc[1]);
   if (lane == 0 && lse != nullptr) lse[row] = lse2 * kLn2;
+}
+
+// The second kernel of steps 28 and 29: one warp per row.
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_splits(const float* __restrict__ o_partial, const float* __restrict__ lse2_partial,
+                   Element* __restrict__ o, float* __restrict__ lse, std::int64_t rows, int splits) {
+  const std::int64_t row = std::int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp
+  combine_row<Element, kHeadDim>(o_partial, lse2_partial, o, lse, row, splits, threadIdx.x % 32);
 }
 
 // ---- The same merge inside a CTA: its warps' partial states, then one row store ----------------

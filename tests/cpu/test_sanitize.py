@@ -115,7 +115,7 @@ RINGS = {
     **{s: ([ring("each warp's cp.async ring", "decode", {64: 5, 128: 3}, 16)],
            {"present": ["kStages = kHeadDim == 128 ? 3 : 5;", "static constexpr int kWarps = 4;",
                         "static constexpr int kKeys = 16;", "kCtasPerSm = 2;", "kMinTilesPerSplit = kWarps * kStages;",
-                        "static constexpr int kRows = 16;"]}) for s in (28, 29)},
+                        "static constexpr int kRows = 16;"]}) for s in (28, 29, 41)},
     30: ([ring("K/V ring", "kv", 2, 64)],
          {"present": ["struct Tile : mma::Shape<kHeadDim_, 64>", "static constexpr int kStages = 2;"]}),
 }
