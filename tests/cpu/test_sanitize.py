@@ -336,7 +336,7 @@ def test_arguments(tmp):
     for bad, why in ((["--no-such-option", "x"], "unknown option"),
                      (["--steps", "3-x", "--print-problems"], "--steps takes"),
                      (["--steps", "9-3", "--print-problems"], "runs backwards"),
-                     (["--steps", "41", "--print-problems"], "there is no step 41"),
+                     (["--steps", "42", "--print-problems"], "there is no step 42"),
                      (["--steps", "99", "--print-problems"], "there is no step 99"),
                      (["--dtype", "fp32", "--print-problems"], "--dtype takes"),
                      (["--timeout", "0", "--print-problems"], "--timeout takes"),
