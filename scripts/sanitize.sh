@@ -118,14 +118,14 @@ problems_of() {
     # keys (2169 = 135·16 + 9): 46, 46, 44 tiles, 11 or 12 per warp. Each warp's cp.async ring: 5
     # stages at D = 64, W = 2; 3 stages at D = 128, W = 3. one_cta_per_head walks 34 per warp.
     # 29 also through pages of 64 (34 pages, the last of 57 keys) and of 16 (136 pages).
-    # 41: 28's problem; its 3 splits meet at the 8 counters, each CTA fencing and counting, the
+    # 41, 42: 28's problem; its 3 splits meet at the 8 counters, each CTA fencing and counting, the
     # last merging and resetting, at every launch of the run (the check's and its rerun's).
-    28|41) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --grid-sms 3" ;;
+    28|41|42) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --grid-sms 3" ;;
     29) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --page-size 0,64,16 --grid-sms 3" ;;
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-41"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-42"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0

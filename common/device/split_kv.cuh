@@ -1,7 +1,8 @@
 // The combine of split-KV decoding (flash-decoding): the partial outputs of the key ranges of one
 // query row, merged by their log-sum-exps, across CTAs (combine_splits) and across the warps of
 // one CTA (merge_warps_and_store). Steps 28, 29 and 41 share them (common/split_kv.hpp has the
-// split rule and the workspace's size); 41 runs combine_row inside its own kernel.
+// split rule and the workspace's size); 41 runs combine_row inside its own kernel, and 42 merges
+// a CTA's rows with the whole CTA (combine_rows_in_cta).
 //
 // Why the merge is exact. Split s saw the keys J_s of the row and wrote
 //   O_s = Σ_{j∈J_s} e^{x_j} v_j / Z_s,   Z_s = Σ_{j∈J_s} e^{x_j},   LSE_s = log Z_s
@@ -106,6 +107,77 @@ __global__ void __launch_bounds__(kCombineThreads)
   const std::int64_t row = std::int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp
   combine_row<Element, kHeadDim>(o_partial, lse2_partial, o, lse, row, splits, threadIdx.x % 32);
+}
+
+// ---- The merge of a CTA's own rows by the whole CTA (step 42) ---------------------------------
+// combine_row walks a row's splits as a chain: a split's LSE, then the partial row it weighs. One
+// warp per row over many CTAs (combine_splits) hides that; the few CTAs that merge at the end of a
+// fused decode (step 41) cannot. Here the CTA that merges its `rows` (at most 16) loads every
+// split's LSE of them at once (they are contiguous: rows × splits floats from row0 · splits on),
+// computes the weights in shared memory, one warp per row, and then each thread takes a column
+// quad of a row and sums the splits with kInFlight independent float4 loads issued before the
+// first is used. The arithmetic is combine_row's, in the same order (a split with LSE −inf has
+// weight 0 and a zero partial, and adding 0 changes no sum), so O is the same bits.
+inline constexpr int kMergeInFlight = 8;  // float4 loads a thread has in flight (128 B)
+
+template <int kSplitsMax>
+constexpr std::size_t cta_merge_smem_bytes(int rows_max = 16) {
+  return sizeof(float) * (std::size_t(rows_max) * kSplitsMax + rows_max);
+}
+
+template <int kThreads, int kHeadDim, class Element>
+__device__ __forceinline__ void combine_rows_in_cta(float* smem, const float* __restrict__ o_partial,
+                                                    const float* __restrict__ lse2_partial,
+                                                    Element* __restrict__ o, float* __restrict__ lse,
+                                                    std::int64_t row0, int rows, int splits) {
+  constexpr int kWarps = kThreads / 32, kQuads = kHeadDim / 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float* const s_w = smem;                  // [rows][splits]: the LSEs, then the weights
+  float* const s_lse2 = smem + rows * splits;  // [rows]
+  const float* const lse_src = lse2_partial + row0 * splits;
+  for (int i = tid; i < rows * splits; i += kThreads) s_w[i] = __ldcg(lse_src + i);
+  __syncthreads();
+  for (int r = warp; r < rows; r += kWarps) {  // combine_row's reductions, from shared memory
+    float* const w = s_w + r * splits;
+    float m = -INFINITY;
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, w[s]);
+    m = warp_max(m);
+    float z = 0.f;
+    for (int s = lane; s < splits; s += 32)
+      if (w[s] != -INFINITY) z += exp2f(w[s] - m);
+    z = warp_sum(z);
+    const float lse2 = z > 0.f ? m + log2f(z) : -INFINITY;
+    __syncwarp();  // every lane has read w[] before any lane overwrites it
+    for (int s = lane; s < splits; s += 32) w[s] = w[s] == -INFINITY ? 0.f : exp2f(w[s] - lse2);
+    if (lane == 0) s_lse2[r] = lse2;
+  }
+  __syncthreads();
+  for (int item = tid; item < rows * kQuads; item += kThreads) {
+    const int r = item / kQuads, c = (item % kQuads) * 4;
+    const float* const src = o_partial + (row0 + r) * splits * kHeadDim + c;
+    const float* const w = s_w + r * splits;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int s = 0;
+    for (; s + kMergeInFlight <= splits; s += kMergeInFlight) {
+      float4 x[kMergeInFlight];
+#pragma unroll
+      for (int k = 0; k < kMergeInFlight; ++k)
+        x[k] = __ldcg(reinterpret_cast<const float4*>(src + std::int64_t(s + k) * kHeadDim));
+#pragma unroll
+      for (int k = 0; k < kMergeInFlight; ++k) {
+        const float wt = w[s + k];
+        acc.x += wt * x[k].x, acc.y += wt * x[k].y, acc.z += wt * x[k].z, acc.w += wt * x[k].w;
+      }
+    }
+    for (; s < splits; ++s) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(src + std::int64_t(s) * kHeadDim));
+      const float wt = w[s];
+      acc.x += wt * x.x, acc.y += wt * x.y, acc.z += wt * x.z, acc.w += wt * x.w;
+    }
+    *reinterpret_cast<uint2*>(o + (row0 + r) * kHeadDim + c) =
+        make_uint2(ptx::pack2_as<Element>(acc.x, acc.y), ptx::pack2_as<Element>(acc.z, acc.w));
+  }
+  if (tid < rows && lse != nullptr) lse[row0 + tid] = s_lse2[tid] * kLn2;
 }
 
 // ---- The same merge inside a CTA: its warps' partial states, then one row store ----------------
