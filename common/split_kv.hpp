@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 namespace ladder::split_kv {
 
@@ -56,8 +57,16 @@ inline int max_splits_for(int tiles, int min_tiles) {
   return std::clamp(tiles / std::max(min_tiles, 1), 1, kMaxSplits);
 }
 
+// A sweep's override (scripts/decode_sweep.sh): LADDER_SPLITS=N in the environment plans N splits
+// (clamped to 1..max_splits) instead of the rule, for every decode step; unset or 0: the rule.
+inline int forced_splits() {
+  const char* e = std::getenv("LADDER_SPLITS");
+  return e ? std::max(0, std::atoi(e)) : 0;
+}
+
 // The splits a kernel with `ctas_per_sm` resident CTAs plans on a GPU of `sm_count` SMs.
 inline int plan_splits(std::int64_t ctas, int max_splits, int sm_count, int ctas_per_sm) {
+  if (const int forced = forced_splits(); forced > 0) return std::clamp(forced, 1, std::clamp(max_splits, 1, kMaxSplits));
   sm_count = std::clamp(sm_count, 1, kMaxSms);
   return choose_splits(ctas, max_splits, std::int64_t(sm_count) * ctas_per_sm);
 }

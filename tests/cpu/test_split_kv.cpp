@@ -1,6 +1,7 @@
 // The split rule of split-KV decoding (common/split_kv.hpp): the fewest splits that fill the GPU,
 // ranges that cover every key tile once, and a workspace bound that holds for any GPU.
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/split_kv.hpp"
 #include "tests/catch.hpp"
@@ -23,6 +24,7 @@ constexpr Target kTargets[] = {
     {64 * 8, 4096 / 16, 1},      // B=64 Hkv=8 Nk=4096: 512 CTAs are 1.94 waves already
     {1 * 8, 131072 / 16, 32},    // B=1 Hq=64 Hkv=8 Nk=131072: 8 CTAs alone fill 3% of the GPU
     {128 * 32, 2048 / 16, 1},    // B=128 Hkv=32 Nk=2048: 4096 CTAs, 15.5 waves
+    {3 * 8, 772, 11},            // B=3 Hq=40 Hkv=8 Nk=12345 (772 tiles): 24 CTAs, 11 splits are one full wave
 };
 }  // namespace
 
@@ -71,4 +73,17 @@ TEST_CASE("the workspace bound holds for every GPU size", "[split_kv]") {
     }
   CHECK(partial_bytes(64, 1, 128) == 0);  // one split writes O directly
   CHECK(partial_bytes(64, 32, 128) == sizeof(float) * 64 * 32 * 129);
+}
+
+TEST_CASE("LADDER_SPLITS forces the split count, within what the keys allow", "[split_kv]") {
+  const int rule = plan_splits(8, max_splits_for(8192, kMinTiles), kH200Sms, kCtasPerSm);
+  ::setenv("LADDER_SPLITS", "5", 1);
+  CHECK(plan_splits(8, max_splits_for(8192, kMinTiles), kH200Sms, kCtasPerSm) == 5);
+  CHECK(plan_splits(8, max_splits_for(24, kMinTiles), kH200Sms, kCtasPerSm) == 2);  // 24 tiles: at most 2
+  CHECK(max_planned_splits(8, max_splits_for(8192, kMinTiles), kCtasPerSm) == 5);   // the workspace follows
+  ::setenv("LADDER_SPLITS", "0", 1);
+  CHECK(plan_splits(8, max_splits_for(8192, kMinTiles), kH200Sms, kCtasPerSm) == rule);
+  ::unsetenv("LADDER_SPLITS");
+  CHECK(plan_splits(8, max_splits_for(8192, kMinTiles), kH200Sms, kCtasPerSm) == rule);
+  CHECK(rule == 32);
 }
