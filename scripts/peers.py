@@ -247,7 +247,8 @@ def parse_args(argv):
                     "Part III's series, Part V's backward shapes (the backward's default), or a refactor's "
                     "old-against-new shapes; --pass bwd also " + ", ".join(BWD_SERVING_GRIDS) + " (Part VI's "
                     "backward: GQA, a seeded varlen batch); --pass serve: " + ", ".join(SERVE_GRIDS)
-                    + " or serve (all four, its default)")
+                    + " or serve (the first four, its default; decode-sizes: three small batches at "
+                    "caches of 1k-128k keys, issue 26's figure)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved timing rounds per shape (alternately in order and reversed); more "
                     "rounds narrow a ratio between two candidates whose kernels are the same")

@@ -15,11 +15,16 @@ from peers_torch import BACKENDS, sdpa_kernel, torch
 SERVE_BACKENDS = ("sdpa-cudnn", "sdpa-flash", "fa4")
 
 
-SERVE_GRIDS = ("decode", "gqa", "varlen", "paged")
+SERVE_GRIDS = ("decode", "gqa", "varlen", "paged", "decode-sizes")
+SERVE_DEFAULT = SERVE_GRIDS[:4]  # --grid serve: Part VI's four; decode-sizes only when named
 
 
 # The issue's four decode shapes, (B, Hq, Hkv, N_kv), D = 128, one query token.
 DECODE_SHAPES = ((8, 32, 8, 32768), (64, 32, 8, 4096), (1, 64, 8, 131072), (128, 32, 32, 2048))
+# --grid decode-sizes (issue 26's figure: GB/s against the K/V cache's size, where each kernel
+# bends): three small batches, (B, Hq, Hkv), at caches from 1,024 to 131,072 keys, D = 128.
+DECODE_SIZE_BATCHES = ((1, 64, 8), (3, 40, 8), (8, 32, 8))
+DECODE_SIZE_KEYS = (1024, 2048, 4096, 8192, 12345, 16384, 32768, 65536, 131072)
 
 
 PAGE_SIZES = (64, 256)
@@ -47,9 +52,12 @@ def serve_shapes(quick, grid="serve", seed=0, varlen_count=16, varlen_max=8192, 
     """The shapes of --pass serve's grids (one of SERVE_GRIDS, or "serve": all), at head_dim (the
     grids' own is 128); quick keeps the first of each."""
     out = []
-    for kind in (SERVE_GRIDS if grid == "serve" else (grid,)):
+    for kind in (SERVE_DEFAULT if grid == "serve" else (grid,)):
         if kind == "decode":  # Nq = 1 sees every key: causal or not is the same problem
             group = [serve_shape("decode", b, h, hkv, 1, nk, head_dim, False) for b, h, hkv, nk in DECODE_SHAPES]
+        elif kind == "decode-sizes":
+            group = [serve_shape("decode", b, h, hkv, 1, nk, head_dim, False)
+                     for b, h, hkv in DECODE_SIZE_BATCHES for nk in DECODE_SIZE_KEYS]
         elif kind == "gqa":
             group = [serve_shape("gqa", 4, 32, 8, n, n, head_dim, c) for c in (False, True) for n in (4096, 8192)]
         elif kind == "varlen":

@@ -490,6 +490,13 @@ def test_peers_serve(tmp, capi):
           "serve: --head-dim sets every grid's D (128 by default)")
     check([x["kind"] for x in peers_serve.serve_shapes(True)] == ["decode", "gqa", "varlen", "paged"],
           "serve --quick: the first shape of each kind")
+    sizes = peers_serve.serve_shapes(False, "decode-sizes", 0)
+    check(len(sizes) == 27 and all(x["kind"] == "decode" and x["seqlen"] == 1 for x in sizes)
+          and (3, 40, 8, 12345) in [(x["batch"], x["heads"], x["kv_heads"], x["kv_seqlen"]) for x in sizes]
+          and sorted({x["kv_seqlen"] for x in sizes})[::8] == [1024, 131072]
+          and not any(x["kv_seqlen"] == 1024 for x in shapes),
+          "serve --grid decode-sizes: three small batches at 1k-128k keys (the B=3 Hq=40 Nk=12345 one among "
+          "them), and not part of --grid serve")
     s = peers_serve.serve_shape("decode", 2, 8, 2, 3, 10, 64, True)
     check(peers_serve.serve_flops(s) == 4 * 8 * 64 * 2 * (3 * 7 + 6) and peers_serve.serve_bytes(s) == (2 * 2 * 3 * 8 + 2 * 2 * 10 * 2) * 64 * 2,
           "serve: FLOPs over the exact causal pairs of a decode, bytes Q + K + V + O once (K/V with Hkv heads)")
