@@ -25,10 +25,12 @@
 #              shapes (B=4 H=8 D=64 and B=2 H=16 D=128, N=8192, both masks), per dtype; and
 #              steps 23-25 at B=4 H=8 D=64 N=1024,2048 (fp16), where the naive step's N×N
 #              matrices still fit
-#   serving    Part VI in the ladder's process (bf16; ROUND_SERVING lists the parts, default all):
-#              decode at the issue's four shapes, contiguous and paged (pages of 64 and 256), steps
-#              28-29 and cuDNN (99); GQA prefill against dense (B=4 H=32 Hkv=8, N=4096,8192, D=128,
-#              both masks; steps 21, 26, 99); a varlen batch of lengths 1..8192 against the dense
+#   serving    Part VI in the ladder's process (bf16; ROUND_SERVING lists the parts, default all
+#              but sweep): decode at the issue's four shapes, contiguous and paged (pages of 64 and
+#              256), steps 28-29 and cuDNN (99); fused: steps 28, 41 and 42 at issue 26's four
+#              shapes; sweep: scripts/decode_sweep.sh (forced split counts, a tarball); GQA
+#              prefill against dense (B=4 H=32 Hkv=8, N=4096,8192, D=128, both masks; steps 21,
+#              26, 99); a varlen batch of lengths 1..8192 against the dense
 #              batch (steps 21, 27, 99); fp16 accumulation (steps 05, 30; fp16, D=64)
 #   grids      the standard grids (B=4 H=8 D=64 N=1k..16k; 16k tokens H=16 D=128 N=1k..16k), each
 #              step's main variant, timed only
@@ -44,7 +46,8 @@
 #              each of ROUND_BWD_STEPS' main variant) through libladder_capi.so, at Part V's shapes;
 #              37/group_in_cta on --grid bwd-gqa and 38/packed on --grid bwd-varlen --seed 3
 #   servepeers scripts/peers.py --pass serve: Part VI's shapes with PyTorch's SDPA (enable_gqa) and
-#              FlashAttention-4 (GQA, varlen, paged) beside the ladder's Part VI main variants
+#              FlashAttention-4 (GQA, varlen, paged) beside the ladder's Part VI main variants and
+#              steps 41-42 (ROUND_SERVE_GRIDS, default decode paged gqa varlen; decode-sizes too)
 #   compare    scripts/peers.py with two libraries (old=--old-lib, new=this build) in one process:
 #              each old variant and its new counterpart at Part IV's shapes (make_tables' compare)
 #   ncu        Nsight Compute on ROUND_NCU_IDS (speed of light, warp states, schedulers, pipes)
@@ -420,7 +423,7 @@ stage_serving() {
   need_bin serving || return 1
   local rc=0 part
   local d=(--track attention --ref-rows 256 --dtype bf16 --d 128)
-  for part in ${ROUND_SERVING:-decode gqa varlen fp16acc}; do
+  for part in ${ROUND_SERVING:-decode fused gqa varlen fp16acc}; do
     case $part in
       decode)
         ladder_run serving-decode-b8 150 "${d[@]}" --steps 28,29 --b 8 --heads 32 --kv-heads 8 --n 1 \
@@ -431,6 +434,17 @@ stage_serving() {
           --kv-n 131072 --page-size 0,64,256 || rc=1
         ladder_run serving-decode-b128 150 "${d[@]}" --steps 28,29 --b 128 --heads 32 --kv-heads 32 --n 1 \
           --kv-n 2048 --page-size 0,64,256 || rc=1 ;;
+      fused)  # issue 26: steps 28, 41, 42 side by side at its four contiguous shapes (bf16, D = 128)
+        local shp
+        for shp in "3 40 12345" "1 64 131072" "8 32 32768" "64 32 4096"; do
+          set -- $shp
+          ladder_run "serving-fused-b$1-nk$3" 90 "${d[@]}" --steps 28,41,42 --b "$1" --heads "$2" --kv-heads 8 \
+            --n 1 --kv-n "$3" || rc=1
+        done ;;
+      sweep)  # issue 26: the split count forced from 1 to 64 (scripts/decode_sweep.sh), one tarball
+        timeout "$(cap 400)" scripts/decode_sweep.sh --ladder "$bin/ladder" "$logs/decode-sweep" \
+          >"$logs/decode-sweep.log" 2>&1 || rc=1
+        tar -C "$logs" -czf "$out/$day-decode-sweep.tgz" decode-sweep && note "  decode sweep: $out/$day-decode-sweep.tgz" ;;
       gqa)
         ladder_run serving-gqa 300 "${d[@]}" --steps 21,26 --b 4 --heads 32 --kv-heads 0,8 --n 4096,8192 \
           --mask both || rc=1 ;;
@@ -583,7 +597,7 @@ stage_servepeers() {
   [ -f "$capi" ] || { note "servepeers: no libladder_capi.so next to the ladder ($capi)"; return 1; }
   local ids=() s main grid rc=0
   listed 99/cudnn && ids+=(99/cudnn)
-  for s in 26 27 28 29; do  # each step's main variant (its only one, if it has one: --list marks none)
+  for s in 26 27 28 29 41 42; do  # each step's main variant (its only one, if it has one: --list marks none)
     mapfile -t main < <(variants_of main "$s")
     ((${#main[@]})) || mapfile -t main < <(variants_of all "$s")
     ids+=("${main[@]}")
