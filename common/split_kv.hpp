@@ -101,4 +101,14 @@ inline std::size_t partial_bytes(std::int64_t rows, int splits, int head_dim) {
   return sizeof(float) * (partial_o_floats(rows, splits, head_dim) + std::size_t(rows) * std::size_t(splits));
 }
 
+// A fused decode (steps 41, 42) keeps one int counter per (batch, K/V head, row block) after the
+// partials, 16-byte aligned: where they start, and the workspace with `counters` of them.
+inline constexpr std::size_t kCounterAlign = 16;
+inline std::size_t counters_offset(std::int64_t rows, int splits, int head_dim) {
+  return (partial_bytes(rows, splits, head_dim) + kCounterAlign - 1) / kCounterAlign * kCounterAlign;
+}
+inline std::size_t fused_workspace_bytes(std::int64_t rows, int splits, int head_dim, std::int64_t counters) {
+  return counters_offset(rows, splits, head_dim) + sizeof(int) * std::size_t(counters);
+}
+
 }  // namespace ladder::split_kv

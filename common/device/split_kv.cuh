@@ -1,6 +1,6 @@
 // The combine of split-KV decoding (flash-decoding): the partial outputs of the key ranges of one
 // query row, merged by their log-sum-exps, across CTAs (combine_splits) and across the warps of
-// one CTA (merge_warps_and_store). Steps 28, 29 and 41 share them (common/split_kv.hpp has the
+// one CTA (merge_warps_and_store). Steps 28, 29, 41 and 42 share them (common/split_kv.hpp has the
 // split rule and the workspace's size); 41 runs combine_row inside its own kernel, and 42 merges
 // a CTA's rows with the whole CTA (combine_rows_in_cta).
 //
@@ -46,6 +46,22 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// A row's total log2-LSE over its splits' (−inf where no split saw a key), one warp: the largest
+// first, so that no exp2 overflows, and a split that saw nothing weighs 0. `load` reads one value.
+template <class Load>
+__device__ __forceinline__ float row_lse2(const float* row_lse, int splits, int lane, Load load) {
+  float m = -INFINITY;
+  for (int s = lane; s < splits; s += 32) m = fmaxf(m, load(row_lse + s));
+  m = warp_max(m);
+  float z = 0.f;
+  for (int s = lane; s < splits; s += 32) {
+    const float ls = load(row_lse + s);
+    if (ls != -INFINITY) z += exp2f(ls - m);
+  }
+  z = warp_sum(z);
+  return z > 0.f ? m + log2f(z) : -INFINITY;
+}
+
 // One query row's merge: kHeadDim / 32 consecutive columns per lane, so a warp reads one split's
 // row as one 256- or 512-byte piece and writes the output row in one piece. The warp's lanes all
 // take part (the shuffles); the splits are summed in order 0, 1, ..., whoever runs the merge, so
@@ -64,17 +80,7 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ o_partial,
     else return *p;
   };
   const float* row_lse = lse2_partial + row * splits;
-
-  float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, load(row_lse + s));
-  m = warp_max(m);
-  float z = 0.f;
-  for (int s = lane; s < splits; s += 32) {
-    const float ls = load(row_lse + s);
-    if (ls != -INFINITY) z += exp2f(ls - m);
-  }
-  z = warp_sum(z);
-  const float lse2 = z > 0.f ? m + log2f(z) : -INFINITY;
+  const float lse2 = row_lse2(row_lse, splits, lane, load);
 
   float acc[kPerLane] = {};
   const float* row_o = o_partial + row * splits * kHeadDim + lane * kPerLane;
@@ -115,14 +121,15 @@ __global__ void __launch_bounds__(kCombineThreads)
 // fused decode (step 41) cannot. Here the CTA that merges its `rows` (at most 16) loads every
 // split's LSE of them at once (they are contiguous: rows × splits floats from row0 · splits on),
 // computes the weights in shared memory, one warp per row, and then each thread takes a column
-// quad of a row and sums the splits with kInFlight independent float4 loads issued before the
+// quad of a row and sums the splits with kMergeInFlight independent float4 loads issued before the
 // first is used. The arithmetic is combine_row's, in the same order (a split with LSE −inf has
-// weight 0 and a zero partial, and adding 0 changes no sum), so O is the same bits.
+// weight 0 and a zero partial, and adding 0 changes no sum but an exact zero's sign), so O is the
+// same bits.
 inline constexpr int kMergeInFlight = 8;  // float4 loads a thread has in flight (128 B)
 
-template <int kSplitsMax>
-constexpr std::size_t cta_merge_smem_bytes(int rows_max = 16) {
-  return sizeof(float) * (std::size_t(rows_max) * kSplitsMax + rows_max);
+// Shared memory combine_rows_in_cta needs: the weights of rows × splits and the rows' totals.
+constexpr std::size_t cta_merge_smem_bytes(int rows, int splits) {
+  return sizeof(float) * (std::size_t(rows) * splits + rows);
 }
 
 template <int kThreads, int kHeadDim, class Element>
@@ -139,14 +146,7 @@ __device__ __forceinline__ void combine_rows_in_cta(float* smem, const float* __
   __syncthreads();
   for (int r = warp; r < rows; r += kWarps) {  // combine_row's reductions, from shared memory
     float* const w = s_w + r * splits;
-    float m = -INFINITY;
-    for (int s = lane; s < splits; s += 32) m = fmaxf(m, w[s]);
-    m = warp_max(m);
-    float z = 0.f;
-    for (int s = lane; s < splits; s += 32)
-      if (w[s] != -INFINITY) z += exp2f(w[s] - m);
-    z = warp_sum(z);
-    const float lse2 = z > 0.f ? m + log2f(z) : -INFINITY;
+    const float lse2 = row_lse2(w, splits, lane, [](const float* p) { return *p; });
     __syncwarp();  // every lane has read w[] before any lane overwrites it
     for (int s = lane; s < splits; s += 32) w[s] = w[s] == -INFINITY ? 0.f : exp2f(w[s] - lse2);
     if (lane == 0) s_lse2[r] = lse2;

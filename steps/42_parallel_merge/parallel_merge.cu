@@ -53,7 +53,6 @@ namespace skv = ladder::split_kv;
 constexpr int kWarpSize = 32;
 constexpr int kMaxQueries = 16;  // query tokens per sequence this kernel takes (decode)
 constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;
-constexpr std::size_t kCounterAlign = 16;  // the counters follow the partials, 16-byte aligned
 
 template <int kHeadDim_, class Element_>
 struct Tile {
@@ -79,7 +78,7 @@ struct Tile {
   static constexpr std::size_t kQOffset = std::max(kRingBytes, kMergeBytes);
   static constexpr std::size_t kSmemBytes = kQOffset + sizeof(Element) * kRows * kHeadDim;
   static_assert(kKeys * kChunks % kWarpSize == 0 && kRingBytes % 128 == 0);
-  static_assert(ladder::split_kv::cta_merge_smem_bytes<ladder::split_kv::kMaxSplits>(kRows) <= kSmemBytes,
+  static_assert(ladder::split_kv::cta_merge_smem_bytes(kRows, ladder::split_kv::kMaxSplits) <= kSmemBytes,
                 "the merge's weights reuse the ring");
 };
 
@@ -296,11 +295,6 @@ template <class T>
 int max_splits(const ladder::AttentionShape& sh) {
   return skv::max_splits_for(ceil_div(sh.kv_len(0), T::kKeys), T::kMinTilesPerSplit);
 }
-// The counters' offset in the workspace: after the partials of `splits` splits.
-inline std::size_t counters_offset(const ladder::AttentionShape& sh, int splits, int head_dim) {
-  const std::size_t partials = skv::partial_bytes(sh.rows(), splits, head_dim);
-  return (partials + kCounterAlign - 1) / kCounterAlign * kCounterAlign;
-}
 
 template <class T>
 void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
@@ -321,7 +315,7 @@ void launch_tile(const AttentionArgs& a, cudaStream_t stream) {
     p.o_partial = static_cast<float*>(a.workspace);
     p.lse2_partial = p.o_partial + skv::partial_o_floats(rows, p.splits, T::kHeadDim);
     p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(a.workspace) +
-                                        counters_offset(sh, p.splits, T::kHeadDim));
+                                        skv::counters_offset(rows, p.splits, T::kHeadDim));
   }
   if (ctas * p.splits > std::numeric_limits<int>::max())
     throw std::invalid_argument("parallel_merge: more CTAs than one grid holds");
@@ -352,7 +346,7 @@ std::size_t workspace_bytes(const ladder::AttentionShape& sh) {
     using T = Tile<kHeadDim, __half>;  // the tiles do not depend on the element type
     const int most = skv::max_planned_splits(ctas_per_split<T>(sh), max_splits<T>(sh), T::kCtasPerSm);
     const int splits = skv::partition(ceil_div(sh.kv_len(0), T::kKeys), most).splits;
-    bytes = counters_offset(sh, splits, kHeadDim) + sizeof(int) * std::size_t(ctas_per_split<T>(sh));
+    bytes = skv::fused_workspace_bytes(sh.rows(), splits, kHeadDim, ctas_per_split<T>(sh));
   });
   return bytes;
 }
