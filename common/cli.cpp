@@ -158,7 +158,14 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
                  "Timing rounds, interleaved across the variants (a speed-up must hold in each)")
       ->check(kPositive)->group(run);
   bool no_flush = false, no_time = false, no_check = false, no_resources = false, no_peers = false;
-  app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions")->group(run);
+  app.add_flag("--no-flush", no_flush, "Do not flush the L2 between repetitions (--flush none)")->group(run);
+  std::string flush = "read";
+  app.add_option("--flush", flush,
+                 "How the L2 is emptied before each repetition: read (a buffer of twice its size "
+                 "read, leaving it clean; the default), write (that buffer written: the L2 is left "
+                 "dirty, the rounds' method before 2026-12-02), none")
+      ->check(CLI::IsMember({"read", "write", "none"}))
+      ->group(run);
   bool no_gate = false;
   app.add_flag("--no-gate", no_gate,
                "Time without the launch gate: the host's set-up work inside a launch function "
@@ -192,7 +199,9 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
     return outcome;
   }
   if (causal) o.mask = "causal";
-  o.run.timing.flush_l2 = !no_flush;
+  o.run.timing.flush = no_flush || flush == "none" ? L2Flush::none
+                       : flush == "write"            ? L2Flush::write
+                                                     : L2Flush::read;
   o.run.timing.gate = !no_gate;
   o.run.time = !no_time;
   o.run.check = !no_check;

@@ -54,9 +54,28 @@ bool same_speed(const Timing& a, const Timing& b) {
   return false;
 }
 
-L2Flusher::L2Flusher(std::size_t l2_bytes) : scratch_(std::max<std::size_t>(2 * l2_bytes, 1)) {}
+const char* to_string(L2Flush f) {
+  switch (f) {
+    case L2Flush::read: return "read";
+    case L2Flush::write: return "write";
+    case L2Flush::none: return "none";
+  }
+  return "?";
+}
 
-void L2Flusher::flush(cudaStream_t stream) { scratch_.fill_bytes(0x5A, stream); }
+L2Flusher::L2Flusher(std::size_t l2_bytes)
+    : scratch_((std::max<std::size_t>(2 * l2_bytes, 16) + 15) / 16 * 16), sink_(1) {
+  scratch_.zero();
+  sink_.zero();
+}
+
+void L2Flusher::flush(cudaStream_t stream, L2Flush how) {
+  switch (how) {
+    case L2Flush::read: launch_read_flush(scratch_.get(), scratch_.bytes(), sink_.get(), stream); break;
+    case L2Flush::write: scratch_.fill_bytes(0x5A, stream); break;
+    case L2Flush::none: break;
+  }
+}
 
 Timing time_launch(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream,
                    const TimingOptions& options, L2Flusher& flusher) {
@@ -81,7 +100,7 @@ Timing time_launch(const std::function<void(cudaStream_t)>& launch, cudaStream_t
       throw std::runtime_error(
           "timing: the launch gate timed out on most repetitions (the host took over a second to "
           "enqueue one launch); rerun with --no-gate to time without it");
-    if (options.flush_l2) flusher.flush(stream);
+    flusher.flush(stream, options.flush);
     if (options.gate) gate.close(stream);
     before.record(stream);
     launch(stream);

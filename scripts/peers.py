@@ -94,11 +94,12 @@ from peers_ladder import (LadderLibs, ladder_backward_call, ladder_call, parse_l
                           ladder_serving_call, parse_pairs, parse_variant, row_name)
 # describe and serve_shape too: tests/gpu/capi_in_torch.py calls them as peers.describe, peers.serve_shape.
 from peers_serve import SERVE_BACKENDS, SERVE_GRIDS, describe, serve_main, serve_shape  # noqa: E402,F401
-from peers_timing import as_graph, time_rounds  # noqa: E402
+from peers_timing import L2Flush, as_graph, time_rounds  # noqa: E402
 import peers_bwd  # noqa: E402  (its shapes are read through the module: the CPU tests replace them)
 from peers_bwd import BWD_SERVING_GRIDS, BWD_VARLEN_COUNT, BWD_VARLEN_MAX, ServingBackwardShape  # noqa: E402
 from peers_serve import load_fa4_varlen  # noqa: E402
 
+FLUSH_TEXT = {"read": "2x L2 read, the L2 left clean", "write": "2x L2 zeroed, the L2 left dirty", "none": "none"}
 BACKEND_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4", "fa4-deterministic")
 # FlashAttention-4's backward with deterministic=True (its dQ semaphores): the yardstick of step 39.
 FA4_BACKENDS = ("fa4", "fa4-deterministic")
@@ -249,6 +250,10 @@ def parse_args(argv):
                     "backward: GQA, a seeded varlen batch); --pass serve: " + ", ".join(SERVE_GRIDS)
                     + " or serve (the first four, its default; decode-sizes: three small batches at "
                     "caches of 1k-128k keys, issue 26's figure)")
+    ap.add_argument("--flush", choices=tuple(FLUSH_TEXT), default="read",
+                    help="how the L2 is emptied before each repetition (the ladder's --flush): read "
+                         "(a buffer of 2x L2 summed, the L2 left clean), write (it zeroed, the L2 left "
+                         "dirty: the method before 2026-12-02), none")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved timing rounds per shape (alternately in order and reversed); more "
                     "rounds narrow a ratio between two candidates whose kernels are the same")
@@ -331,7 +336,7 @@ class ResultsFile:
                       + ("backward: the forward run once untimed, the timed call autograd's backward of its output "
                          "(dQ, dK, dV from dO), the ladder's from the same O and log-sum-exp; " if backward else "")
                       + "each call captured in a CUDA graph (else eager, per row's timing_method); CUDA events "
-                      f"around one replay per repetition, L2 flushed (2x L2 zeroed) between, {args.rounds} interleaved "
+                      f"around one replay per repetition, L2 flushed between ({FLUSH_TEXT[args.flush]}), {args.rounds} interleaved "
                       "rounds (alternating direction) of >=5 reps / 100 ms after >=25 ms warm-up; median of all samples"}
         result = {"schema": "attention-ladder/peers/1", "pass": args.pass_, "provenance": provenance,
                   "complete": final, "rows": rows}
@@ -525,7 +530,7 @@ def main(argv=None):
         print(f"fa4: skipped, {fa4_version}", flush=True)
     torch.manual_seed(args.seed)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    flush = L2Flush(l2, args.flush)
     out = ResultsFile(args, argv, pairs, libs, fa4, fa4_version)
     if args.pass_ == "serve":
         out.gpu = gpu_provenance()

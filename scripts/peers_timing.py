@@ -12,6 +12,24 @@ def percentile(sorted_values, p):
     return sorted_values[lo] + (pos - lo) * (sorted_values[hi] - sorted_values[lo])
 
 
+class L2Flush:
+    """The L2 emptied before each timed repetition, as common/timing.hpp's L2Flush does: "read"
+    sums a buffer twice the L2's size, which leaves the L2 holding clean lines of it (the default);
+    "write" zeroes that buffer instead, leaving it full of dirty lines that the timed call then
+    writes back (the method before 2026-12-02); "none" does nothing."""
+
+    def __init__(self, l2_bytes, how="read"):
+        self.how = how
+        self.buf = torch.zeros(2 * l2_bytes // 4, dtype=torch.float32, device="cuda")
+        self.sink = torch.zeros(1, dtype=torch.float32, device="cuda")
+
+    def __call__(self):
+        if self.how == "read":
+            torch.sum(self.buf, 0, keepdim=True, out=self.sink)
+        elif self.how == "write":
+            self.buf.zero_()
+
+
 def as_graph(fn, stream=None):
     """(callable that replays fn's kernels, "cuda-graph"), or (fn, "eager") if capture fails.
     `stream`: warm up and capture on that stream (a backward's: autograd runs each backward kernel
@@ -69,7 +87,7 @@ def time_fn(fn, flush, warmup_ms=25.0, min_reps=5, max_reps=50, target_ms=100.0)
         calls += 1
     samples = []
     while len(samples) < max_reps and (len(samples) < min_reps or sum(samples) < target_ms):
-        flush.zero_()
+        flush()
         start.record()
         fn()
         end.record()

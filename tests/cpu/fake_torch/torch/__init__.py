@@ -160,6 +160,14 @@ def matmul(a, b, out=None):  # the GEMM ceiling's 8192^3 (into `out`): not compu
     return out if out is not None else Tensor(a.a @ b.a, a.dtype)
 
 
+def sum(t, dim=None, keepdim=False, out=None):  # noqa: A001  (torch.sum; peers_timing.L2Flush's read)
+    r = t.a.sum() if dim is None else t.a.sum(axis=dim, keepdims=keepdim)
+    if out is None:
+        return Tensor(r, t.dtype)
+    out.a[...] = r
+    return out
+
+
 def arange(start, end=None, device=None):
     return Tensor(np.arange(start, end) if end is not None else np.arange(start))
 
