@@ -16,6 +16,7 @@
   scripts/figures_part7_order.py    part7-deterministic-order (chapter 39; a schematic)
   scripts/figures_part7_writer.py   part7-dq-writer (chapter 40; measured)
   scripts/figures_part7_decode.py   part7-fused-decode (chapter 41; a schematic)
+  scripts/figures_part7_decode_sizes.py  part7-decode-sizes, -split-cost-model (chapter 42; measured)
   scripts/figures_course.py    course-path.png (the course's map)
 
 Each script's docstring lists its images and says which are schematic and which measured; what
@@ -32,7 +33,7 @@ from figlib import out_dir, parser
 
 SCRIPTS = ["figures_part1_2.py", "figures_part3.py", "figures_part4.py", "figures_part5.py",
            "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_part7_serving.py",
-           "figures_part7_order.py", "figures_part7_writer.py", "figures_part7_decode.py",
+           "figures_part7_order.py", "figures_part7_writer.py", "figures_part7_decode.py", "figures_part7_decode_sizes.py",
            "figures_course.py"]
 
 
