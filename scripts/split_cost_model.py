@@ -192,7 +192,9 @@ def main(argv=None):
             if s in pts:
                 print(f"  the {name}'s count measured {pts[s][0] / pts[fastest][0]:.3f}x the fastest's time")
     if args.json:
-        json.dump({"variant": args.variant, "slots": slots, "bw_gbps": bw, "cta_gbps": b_cta, "gamma": gamma,
+        json.dump({"schema": "attention-ladder/split-cost-model/1", "sweep": os.path.basename(args.sweep),
+                   "command_line": " ".join(["scripts/split_cost_model.py"] + (argv if argv is not None else sys.argv[1:])),
+                   "variant": args.variant, "slots": slots, "bw_gbps": bw, "cta_gbps": b_cta, "gamma": gamma,
                    "t_launch_us": coef[0], "t_cta_us": coef[1], "t_merge_us": coef[2], "t_split_us": coef[3],
                    "rms_rel_error": err, "shapes": summary}, open(args.json, "w"), indent=1)
     if args.plot:
