@@ -28,6 +28,7 @@
 #   serving    Part VI in the ladder's process (bf16; ROUND_SERVING lists the parts, default all
 #              but sweep): decode at the issue's four shapes, contiguous and paged (pages of 64 and
 #              256), steps 28-29 and cuDNN (99); fused: steps 28, 41 and 42 at issue 26's four
+#              shapes; pagedfused: 29 and 43 through pages of 16, 64, 256 beside 42 at those
 #              shapes; sweep: scripts/decode_sweep.sh (forced split counts, a tarball); GQA
 #              prefill against dense (B=4 H=32 Hkv=8, N=4096,8192, D=128, both masks; steps 21,
 #              26, 99); a varlen batch of lengths 1..8192 against the dense
@@ -440,6 +441,13 @@ stage_serving() {
           set -- $shp
           ladder_run "serving-fused-b$1-nk$3" 90 "${d[@]}" --steps 28,41,42 --b "$1" --heads "$2" --kv-heads 8 \
             --n 1 --kv-n "$3" || rc=1
+        done ;;
+      pagedfused)  # issue 26: 29 and 43 (paged) beside 42 (contiguous) at its four shapes, pages of 16, 64, 256
+        local shq
+        for shq in "3 40 12345" "1 64 131072" "8 32 32768" "64 32 4096"; do
+          set -- $shq
+          ladder_run "serving-pagedfused-b$1-nk$3" 120 "${d[@]}" --steps 29,42,43 --b "$1" --heads "$2" --kv-heads 8 \
+            --n 1 --kv-n "$3" --page-size 0,16,64,256 || rc=1
         done ;;
       sweep)  # issue 26: the split count forced from 1 to 64 (scripts/decode_sweep.sh), one tarball
         timeout "$(cap 400)" scripts/decode_sweep.sh --ladder "$bin/ladder" "$logs/decode-sweep" \

@@ -121,11 +121,12 @@ problems_of() {
     # 41, 42: 28's problem; its 3 splits meet at the 8 counters, each CTA fencing and counting, the
     # last merging and resetting, at every launch of the run (the check's and its rerun's).
     28|41|42) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --grid-sms 3" ;;
-    29) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --page-size 0,64,16 --grid-sms 3" ;;
+    # 43: 29's problem (42's counters and merge through the pages).
+    29|43) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --page-size 0,64,16 --grid-sms 3" ;;
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-42"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-43"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0

@@ -115,7 +115,7 @@ RINGS = {
     **{s: ([ring("each warp's cp.async ring", "decode", {64: 5, 128: 3}, 16)],
            {"present": ["kStages = kHeadDim == 128 ? 3 : 5;", "static constexpr int kWarps = 4;",
                         "static constexpr int kKeys = 16;", "kCtasPerSm = 2;", "kMinTilesPerSplit = kWarps * kStages;",
-                        "static constexpr int kRows = 16;"]}) for s in (28, 29, 41, 42)},
+                        "static constexpr int kRows = 16;"]}) for s in (28, 29, 41, 42, 43)},
     30: ([ring("K/V ring", "kv", 2, 64)],
          {"present": ["struct Tile : mma::Shape<kHeadDim_, 64>", "static constexpr int kStages = 2;"]}),
 }
@@ -336,7 +336,7 @@ def test_arguments(tmp):
     for bad, why in ((["--no-such-option", "x"], "unknown option"),
                      (["--steps", "3-x", "--print-problems"], "--steps takes"),
                      (["--steps", "9-3", "--print-problems"], "runs backwards"),
-                     (["--steps", "43", "--print-problems"], "there is no step 43"),
+                     (["--steps", "44", "--print-problems"], "there is no step 44"),
                      (["--steps", "99", "--print-problems"], "there is no step 99"),
                      (["--dtype", "fp32", "--print-problems"], "--dtype takes"),
                      (["--timeout", "0", "--print-problems"], "--timeout takes"),
