@@ -57,7 +57,10 @@ def load(path, variant):
     if os.path.isfile(path):
         tmp = tempfile.TemporaryDirectory()
         with tarfile.open(path) as t:
-            t.extractall(tmp.name, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12: refuse odd members
+                t.extractall(tmp.name, filter="data")
+            else:
+                t.extractall(tmp.name)
         path = tmp.name
     out = []
     for f in sorted(glob.glob(os.path.join(path, "**", "sweep-*.json"), recursive=True)):
