@@ -31,7 +31,6 @@ count the model picks, the sweep's fastest and the rule's, with their measured t
 import argparse
 import glob
 import json
-import math
 import os
 import re
 import sys
