@@ -15,7 +15,7 @@
   scripts/figures_part7_serving.py  part7-gqa-backward, -varlen-backward (chapters 37, 38; schematics)
   scripts/figures_part7_order.py    part7-deterministic-order (chapter 39; a schematic)
   scripts/figures_part7_writer.py   part7-dq-writer (chapter 40; measured)
-  scripts/figures_part7_decode.py   part7-fused-decode (chapter 41; a schematic)
+  scripts/figures_part7_decode.py   part7-fused-decode, -wide-merge (chapters 41, 42; schematics)
   scripts/figures_part7_decode_sizes.py  part7-decode-sizes, -split-cost-model (chapter 42; measured)
   scripts/figures_course.py    course-path.png (the course's map)
 
