@@ -33,7 +33,7 @@ void launch_read_flush(const void* buffer, std::size_t bytes, unsigned* sink, cu
   if (bytes < sizeof(uint4)) return;
   read_flush_kernel<<<kFlushBlocks, kFlushThreads, 0, stream>>>(static_cast<const uint4*>(buffer),
                                                                 bytes / sizeof(uint4), sink);
-  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK_LAUNCH("read_flush_kernel");
 }
 
 }  // namespace ladder

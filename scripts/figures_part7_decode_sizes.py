@@ -8,8 +8,8 @@
                                backend, all from one peers.py process (the L2 flushed clean), with
                                the device copy's rate from the same round's ladder process.
   part7-split-cost-model.png   the forced-split sweep of step 42 at four shapes (measured) and the
-                               cost model of scripts/split_cost_model.py fitted to it, with the
-                               split rule's count marked.
+                               cost model fitted to it, both from the committed fit
+                               (scripts/split_cost_model.py --json), with the split rule's count.
 
     scripts/figures_part7_decode_sizes.py            # writes both PNGs
     scripts/figures_part7_decode_sizes.py --out DIR  # somewhere else
@@ -21,7 +21,7 @@ from figlib import BLUE, GREEN, GREY, ORANGE, RED, RESULTS, out_dir, parser, pyp
 
 SIZES = RESULTS / "2026-12-02-r6-servepeers-decode-sizes.json"
 COPY = RESULTS / "2026-12-02-r6-flush-read-1a.json"  # the ladder's copy row, read flush
-SWEEP = RESULTS / "2026-12-02-r6-decode-sweep.tgz"
+MODEL = RESULTS / "2026-12-02-r6-split-cost-model.json"  # scripts/split_cost_model.py's fit of the r6 sweep
 BATCHES = ((1, 64), (3, 40), (8, 32))
 SERIES = (("ladder:42/cta_merge", "42/cta_merge", BLUE, "-"), ("ladder:28/split_kv", "28/split_kv", GREEN, "--"),
           ("ladder:99/cudnn", "cuDNN (ladder)", RED, "-"), ("sdpa-cudnn", "cuDNN (SDPA)", ORANGE, ":"),
@@ -61,27 +61,18 @@ def draw_sizes(out):
 
 
 def draw_model(out):
-    import split_cost_model as m
     plt = pyplot()
-    data = m.load(str(SWEEP), "42/cta_merge")
-    slots = 132 * 2
-    forced = [(m.geometry(sh, s, slots), t, sh) for sh, s, t, _ in data if s is not None]
-    params = m.fit([(g, t) for g, t, _ in forced], slots, 132)
-    shapes = {}
-    for g, t, sh in forced:
-        shapes.setdefault((sh["batch"], sh["heads"], sh["kv_seqlen"]), (sh, {}))[1][g[1]] = (t, m.model_time(g, params, slots))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.2))
-    for ax, ((b, hq, nk), (sh, pts)) in zip(axes, sorted(shapes.items())):
-        xs = sorted(pts)
-        ax.plot(xs, [pts[x][0] for x in xs], "o", color=BLUE, ms=4, label="measured")
-        ax.plot(xs, [pts[x][1] for x in xs], "-", color=ORANGE, label="model")
-        tiles = -(-nk // m.KEYS_PER_TILE)
-        g1 = m.geometry(sh, 1, slots)
-        rule = m.partition(tiles, m.rule_splits(g1[0], max(1, tiles // m.MIN_TILES_PER_SPLIT), slots))[0]
-        ax.axvline(rule, color=GREEN, ls=":", label="the rule's count")
+    fit = json.load(open(MODEL))
+    fig, axes = plt.subplots(1, len(fit["shapes"]), figsize=(3.2 * len(fit["shapes"]), 3.2))
+    for ax, line in zip(axes, fit["shapes"]):
+        xs = sorted(int(x) for x in line["measured_us"])
+        measured = [line["measured_us"][str(x)] for x in xs]
+        ax.plot(xs, measured, "o", color=BLUE, ms=4, label="measured")
+        ax.plot(xs, [line["model_us"][str(x)] for x in xs], "-", color=ORANGE, label="model")
+        ax.axvline(line["rule"], color=GREEN, ls=":", label="the rule's count")
         ax.set_xscale("log", base=2)
-        ax.set_ylim(0, min(max(pts[x][0] for x in xs), 4 * min(pts[x][0] for x in xs)) * 1.05)
-        ax.set_title(f"B={b} Hq={hq} Nk={nk}", fontsize=9)
+        ax.set_ylim(0, min(max(measured), 4 * min(measured)) * 1.05)
+        ax.set_title(line["shape"].replace(" Hkv=8", ""), fontsize=9)
         ax.set_xlabel("splits")
     axes[0].set_ylabel("µs")
     axes[0].legend(fontsize=7)

@@ -113,6 +113,13 @@ def uneven(total, slots, sms):
     return -(-total // slots) * slots / total - 1.0
 
 
+def rule_count(shape, slots):
+    """The splits the rule gives `shape` on `slots` CTA slots, as a launch makes them (partitioned)."""
+    tiles = -(-shape["kv_seqlen"] // KEYS_PER_TILE)
+    max_splits = max(1, tiles // MIN_TILES_PER_SPLIT)
+    return partition(tiles, rule_splits(geometry(shape, 1, slots)[0], max_splits, slots))[0]
+
+
 def features(g, bw, b_cta, slots, gamma=0.0, sms=132):
     """The model's terms for geometry g: (streaming µs, [1, waves, merge?, merge? · s])."""
     ctas, s, per, waves, last, tile_bytes = g
@@ -172,10 +179,9 @@ def main(argv=None):
     summary = []
     for key, v in sorted(shapes.items()):
         sh, pts = v["shape"], v["points"]
-        g1 = geometry(sh, 1, slots)
         tiles = -(-sh["kv_seqlen"] // KEYS_PER_TILE)
         max_s = max(1, tiles // MIN_TILES_PER_SPLIT)
-        rule = partition(tiles, rule_splits(g1[0], max_s, slots))[0]
+        rule = rule_count(sh, slots)
         model_best = min(range(1, min(max_s, 256) + 1),
                          key=lambda s: model_time(geometry(sh, s, slots), params, slots))
         model_best = geometry(sh, model_best, slots)[1]

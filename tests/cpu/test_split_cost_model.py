@@ -24,8 +24,7 @@ def check(cond, what):
 
 def rule_for(b, hq, nk, hkv=8, slots=264):
     sh = {"batch": b, "heads": hq, "kv_heads": hkv, "kv_seqlen": nk, "seqlen": 1, "head_dim": 128, "dtype": "bf16"}
-    tiles = -(-nk // m.KEYS_PER_TILE)
-    return m.partition(tiles, m.rule_splits(m.geometry(sh, 1, slots)[0], max(1, tiles // m.MIN_TILES_PER_SPLIT), slots))[0]
+    return m.rule_count(sh, slots)
 
 
 check(rule_for(3, 40, 12345) == 11, f"B=3 Hq=40 Nk=12345: the rule's 11 splits, got {rule_for(3, 40, 12345)}")
