@@ -17,9 +17,12 @@ using namespace run_detail;
 namespace {
 
 // Decode reads every byte of the cache to do a few FLOPs each: below this many FLOPs per byte
-// (the H200's ridge is 989 TFLOP/s / 4.8 TB/s ≈ 200) a problem is bound by memory, and its table
-// reports GB/s and the share of a device-to-device copy beside TFLOP/s.
-constexpr double kMemoryBoundFlopsPerByte = 64.0;
+// a problem is bound by memory, and its table reports GB/s and the share of a device-to-device copy
+// beside TFLOP/s. The H200's ridge is ~200 for wgmma (989 TFLOP/s / 4.8 TB/s) and ~130 for the
+// mma.sync that the decode kernels use. In bf16 a decode does as many FLOPs a byte as a K/V head
+// has packed rows (the group's heads × the query tokens): 4·rows·D FLOPs a key over 4·D bytes of
+// K and V. So speculative decoding's 16 tokens at a GQA ratio of 5 (80 rows) is memory bound.
+constexpr double kMemoryBoundFlopsPerByte = 128.0;
 
 // The bandwidth yardstick of a memory-bound attention table: a device-to-device copy of as many
 // bytes as the problem must read (at least 256 MiB, at most 2 GiB, so that it is neither an L2

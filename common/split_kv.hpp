@@ -21,6 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace ladder::split_kv {
 
@@ -109,6 +112,37 @@ inline std::size_t counters_offset(std::int64_t rows, int splits, int head_dim) 
 }
 inline std::size_t fused_workspace_bytes(std::int64_t rows, int splits, int head_dim, std::int64_t counters) {
   return counters_offset(rows, splits, head_dim) + sizeof(int) * std::size_t(counters);
+}
+
+// A fused decode's launch and workspace, once (steps 41-43 spell them out; 44 calls these):
+// `ctas` CTAs a split (one counter each), `tiles` key tiles of which a split keeps at least what
+// max_splits allows. The plan: the rule's splits on this GPU, their key ranges, and where the
+// partials, their LSEs and the counters lie in the workspace (null with one split).
+struct FusedPlan {
+  int splits, tiles_per_split;
+  float* o_partial = nullptr;
+  float* lse2_partial = nullptr;
+  int* counters = nullptr;
+};
+inline FusedPlan plan_fused(const char* who, void* workspace, std::int64_t ctas, int max_splits, int tiles,
+                            int sm_count, int ctas_per_sm, std::int64_t rows, int head_dim) {
+  const Partition part = partition(tiles, plan_splits(ctas, max_splits, sm_count, ctas_per_sm));
+  FusedPlan plan{part.splits, part.tiles_per_split};
+  if (ctas * plan.splits > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string(who) + ": more CTAs than one grid holds");
+  if (plan.splits == 1) return plan;
+  if (workspace == nullptr) throw std::logic_error(std::string(who) + ": launched without its workspace");
+  plan.o_partial = static_cast<float*>(workspace);
+  plan.lse2_partial = plan.o_partial + partial_o_floats(rows, plan.splits, head_dim);
+  plan.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(workspace) +
+                                         counters_offset(rows, plan.splits, head_dim));
+  return plan;
+}
+// The workspace for the most splits any GPU (up to kMaxSms SMs) is planned with.
+inline std::size_t fused_workspace_for(std::int64_t ctas, int max_splits, int tiles, int ctas_per_sm,
+                                       std::int64_t rows, int head_dim) {
+  const int splits = partition(tiles, max_planned_splits(ctas, max_splits, ctas_per_sm)).splits;
+  return fused_workspace_bytes(rows, splits, head_dim, ctas);
 }
 
 }  // namespace ladder::split_kv

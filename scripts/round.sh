@@ -29,7 +29,8 @@
 #              but sweep): decode at the issue's four shapes, contiguous and paged (pages of 64 and
 #              256), steps 28-29 and cuDNN (99); fused: steps 28, 41 and 42 at issue 26's four
 #              shapes; pagedfused: 29 and 43 through pages of 16, 64, 256 beside 42 at those
-#              shapes; specdec: 28, 42 at 1-16 query tokens, both masks; ratios: GQA 1, 4, 8;
+#              shapes; specdec: 28, 42 and 44 (rows across the warps) at 1-16 query tokens,
+#              both masks; ratios: GQA 1, 4, 8;
 #              dtypes: fp16 at D = 128 and bf16 at D = 64 at the four shapes; sweep: scripts/decode_sweep.sh (forced split counts, a tarball); GQA
 #              prefill against dense (B=4 H=32 Hkv=8, N=4096,8192, D=128, both masks; steps 21,
 #              26, 99); a varlen batch of lengths 1..8192 against the dense
@@ -450,10 +451,11 @@ stage_serving() {
           ladder_run "serving-pagedfused-b$1-nk$3" 120 "${d[@]}" --steps 29,42,43 --b "$1" --heads "$2" --kv-heads 8 \
             --n 1 --kv-n "$3" --page-size 0,16,64,256 || rc=1
         done ;;
-      specdec)  # issue 26: 1-16 query tokens a sequence (speculative decoding), causal aligned to the end and not
-        ladder_run serving-specdec-b3 150 "${d[@]}" --steps 28,42 --b 3 --heads 40 --kv-heads 8 --n 1,2,4,7,16 \
+      specdec)  # issue 26: 1-16 query tokens a sequence (speculative decoding), causal aligned to the end and not;
+        # 44 (a CTA's warps over its rows, one K/V ring) beside 42 (a CTA per 16 rows) and 28
+        ladder_run serving-specdec-b3 200 "${d[@]}" --steps 28,42,44 --b 3 --heads 40 --kv-heads 8 --n 1,2,4,7,16 \
           --kv-n 12345 --mask both || rc=1
-        ladder_run serving-specdec-b8 150 "${d[@]}" --steps 28,42 --b 8 --heads 32 --kv-heads 8 --n 1,2,4,7,16 \
+        ladder_run serving-specdec-b8 200 "${d[@]}" --steps 28,42,44 --b 8 --heads 32 --kv-heads 8 --n 1,2,4,7,16 \
           --kv-n 32768 --mask both || rc=1 ;;
       ratios)  # issue 26: GQA ratios 1, 4, 8 (Hkv = 32, 8, 4 at Hq = 32) at B=3 and B=8
         ladder_run serving-ratios-b3 150 "${d[@]}" --steps 28,42 --b 3 --heads 32 --kv-heads 32,8,4 --n 1 --kv-n 12345 || rc=1

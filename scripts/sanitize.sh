@@ -123,10 +123,17 @@ problems_of() {
     28|41|42) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --grid-sms 3" ;;
     # 43: 29's problem (42's counters and merge through the pages).
     29|43) echo "serving --b 2 --heads 8 --kv-heads 2 --n 7 --kv-n 2169 --page-size 0,64,16 --grid-sms 3" ;;
+    # 44 (rows across the warps, one ring a CTA of 64-key tiles, 5 stages at D = 64 and 3 at 128):
+    # 16 queries × a group of 5 = 80 packed rows, 2 row blocks (48 + 32: one and two idle warps)
+    # × B·Hkv = 8 CTAs a split of the 4-warp CTA; 4 queries: 20 rows, 1 block, 4 CTAs of the
+    # 2-warp one. On 3 SMs (2 CTAs each) both plan 3 splits of the 36 tiles (2300 = 35·64 + 60):
+    # 12 each, W = 2 at D = 64 and 3 at 128; the splits of both row blocks meet at the counters.
+    44) echo "serving --b 2 --heads 10 --kv-heads 2 --n 16 --kv-n 2300 --grid-sms 3"
+        echo "serving --b 2 --heads 10 --kv-heads 2 --n 4 --kv-n 2300 --grid-sms 3" ;;
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-43"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-44"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0

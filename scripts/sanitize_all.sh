@@ -4,14 +4,14 @@
 # step and tool, through `ladder --steps S --dtype fp16,bf16 --serving`, and each lab's solution
 # checker with --no-time. Meant to fit one 10-minute call on an H200 (16 cores): see --budget.
 #
-#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-43, labs L01-L12, 4 tools
+#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-44, labs L01-L12, 4 tools
 #   scripts/sanitize_all.sh -j 16 --build build/round OUT_LOG
 #   scripts/sanitize_all.sh --steps 20-22,25 --tools racecheck --labs none OUT_LOG
 #
 # -j N          jobs at a time (default 12): each is one sanitizer process with its own CUDA context
 #               on the shared GPU; the CPU references use the other cores
 # --build DIR   the build folder with bin/ladder and bin/lab_LNN_solution (default build/gpu)
-# --steps LIST  steps to run (default 3-43; 98 and 99, the library peers, are never sanitized)
+# --steps LIST  steps to run (default 3-44; 98 and 99, the library peers, are never sanitized)
 # --tools LIST  comma separated: memcheck, racecheck, synccheck, initcheck (default all four)
 # --labs LIST   labs to run, comma separated (default L01-L12), or none
 # --timeout T   seconds per job (default 300); a job past it is reported as a timeout
@@ -45,7 +45,7 @@ readonly kCpuOnlyLabs="L03"
 export LADDER_LAB_STALL_MS=60000
 readonly kLabCost=12             # a lab job's cost guess (the queue's order only), before the tool's weight
 
-jobs_max=12 build=build/gpu steps_arg=3-43 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
+jobs_max=12 build=build/gpu steps_arg=3-44 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
 limit=300 budget=540 out=""
 value() { [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"; }
 while (($#)); do

@@ -1,8 +1,9 @@
 // The combine of split-KV decoding (flash-decoding): the partial outputs of the key ranges of one
 // query row, merged by their log-sum-exps, across CTAs (combine_splits) and across the warps of
-// one CTA (merge_warps_and_store). Steps 28, 29, 41 and 42 share them (common/split_kv.hpp has the
-// split rule and the workspace's size); 41 runs combine_row inside its own kernel, and 42 merges
-// a CTA's rows with the whole CTA (combine_rows_in_cta).
+// one CTA (merge_warps_and_store). Steps 28, 29 and 41-44 share them (common/split_kv.hpp has the
+// split rule and the workspace's size); 41 runs combine_row inside its own kernel, 42 merges a
+// CTA's rows with the whole CTA (combine_rows_in_cta), and 44's warps store their own rows
+// (store_warp_rows).
 //
 // Why the merge is exact. Split s saw the keys J_s of the row and wrote
 //   O_s = Σ_{j∈J_s} e^{x_j} v_j / Z_s,   Z_s = Σ_{j∈J_s} e^{x_j},   LSE_s = log Z_s
@@ -118,7 +119,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 // ---- The merge of a CTA's own rows by the whole CTA (step 42) ---------------------------------
 // combine_row walks a row's splits as a chain: a split's LSE, then the partial row it weighs. One
 // warp per row over many CTAs (combine_splits) hides that; the few CTAs that merge at the end of a
-// fused decode (step 41) cannot. Here the CTA that merges its `rows` (at most 16) loads every
+// fused decode (step 41) cannot. Here the CTA that merges its `rows` (16 at most in step 42, 64 in
+// step 44; any count up to kThreads, whose thread `row` writes the row's LSE) loads every
 // split's LSE of them at once (they are contiguous: rows × splits floats from row0 · splits on),
 // computes the weights in shared memory, one warp per row, and then each thread takes a column
 // quad of a row and sums the splits with kMergeInFlight independent float4 loads issued before the
@@ -268,6 +270,41 @@ __device__ __forceinline__ void merge_warps_and_store(unsigned char* smem,
     const std::int64_t row = out.row0 + tid;
     if (out.splits > 1) out.lse2_partial[row * out.splits + out.split] = s_lse2[tid];
     else if (out.lse != nullptr) out.lse[row] = s_lse2[tid] * kLn2;
+  }
+}
+
+// ---- One warp's own rows, straight from its registers (step 44) ----------------------------------
+// A decode CTA whose warps each own an m16 tile of rows and see every key of the split for them
+// has nothing to merge inside the CTA: merge_warps_and_store's arithmetic for one warp (weight
+// exp2(m − m) / l = 1 / l, LSE m + log2 l; a row that saw no key writes O = 0 and LSE −inf), from
+// the mma accumulator (rows g and g + 8 of each lane, columns 8·nd + 2t, + 1) to the final row or
+// the split's partial. `out` is the warp's tile: its first row and how many of its 16 exist (may
+// be none). Every lane of the warp calls it (the quad's shuffles).
+template <int kHeadDim, class Element>
+__device__ __forceinline__ void store_warp_rows(const float (&acc_o)[kHeadDim / 8][4], const float (&row_max)[2],
+                                                const float (&row_sum)[2], const RowsOut<Element>& out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = row_sum[h];  // this lane's share: the quad's sum
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = g + 8 * h;
+    if (r >= out.rows) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f, lse2 = l > 0.f ? row_max[h] + log2f(l) : -INFINITY;
+    const std::int64_t row = out.row0 + r;
+#pragma unroll
+    for (int nd = 0; nd < kHeadDim / 8; ++nd) {
+      const float x0 = acc_o[nd][2 * h] * inv, x1 = acc_o[nd][2 * h + 1] * inv;
+      const int c = nd * 8 + 2 * t;
+      if (out.splits == 1)
+        *reinterpret_cast<std::uint32_t*>(out.o + row * kHeadDim + c) = ptx::pack2_as<Element>(x0, x1);
+      else
+        *reinterpret_cast<float2*>(out.o_partial + (row * out.splits + out.split) * kHeadDim + c) =
+            make_float2(x0, x1);
+    }
+    if (t == 0 && out.splits > 1) out.lse2_partial[row * out.splits + out.split] = lse2;
+    if (t == 0 && out.splits == 1 && out.lse != nullptr) out.lse[row] = lse2 * kLn2;
   }
 }
 

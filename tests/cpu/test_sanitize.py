@@ -116,10 +116,16 @@ RINGS = {
            {"present": ["kStages = kHeadDim == 128 ? 3 : 5;", "static constexpr int kWarps = 4;",
                         "static constexpr int kKeys = 16;", "kCtasPerSm = 2;", "kMinTilesPerSplit = kWarps * kStages;",
                         "static constexpr int kRows = 16;"]}) for s in (28, 29, 41, 42, 43)},
+    44: ([ring("the CTA's shared cp.async ring", "rowtiles", {64: 5, 128: 3}, 64)],
+         {"present": ["static constexpr int kKeys = 64;", "kStages = kHeadDim == 128 ? 3 : 5;", "kCtasPerSm = 2;",
+                      "kMinTilesPerSplit = kStages;", "kSmallRowTiles = 2, kLargeRowTiles = 4;",
+                      "constexpr int kTileRows = 16;"]}),
     30: ([ring("K/V ring", "kv", 2, 64)],
          {"present": ["struct Tile : mma::Shape<kHeadDim_, 64>", "static constexpr int kStages = 2;"]}),
 }
 DECODE = {"warps": 4, "keys": 16, "rows": 16, "ctas_per_sm": 2}
+# Step 44: a CTA of 2 warps (32 rows) or 4 (64), one m16 row tile a warp, every warp over every tile.
+ROWTILES = {"small_rows": 32, "large_rows": 64, "tile_rows": 16, "keys": 64, "ctas_per_sm": 2}
 # common/split_kv.hpp's rule (checked against the header below).
 SPLIT_KV = {"max_splits": 256, "max_sms": 256, "min_wave_fill": 0.95, "max_waves": 8}
 SPLIT_KV_TEXT = ["kMaxSplits = 256;", "kMaxSms = 256;", "kMinWaveFill = 0.95;", "kMaxWaves = 8;"]
@@ -242,6 +248,31 @@ def decode_walks(b, heads, hkv, nq, nk, stages, sms, causal):
     return splits, fewest
 
 
+def rowtile_walks(b, heads, hkv, nq, nk, stages, sms, causal):
+    """(splits, the fewest tiles any CTA walks) of step 44: the rows of a K/V head in blocks of at
+    most 32 or 64, shared as evenly as 16-row tiles allow; the CTA's ring takes every tile."""
+    rows, keys, tr = heads // hkv * nq, ROWTILES["keys"], ROWTILES["tile_rows"]
+    cta_rows = ROWTILES["small_rows"] if rows <= ROWTILES["small_rows"] else ROWTILES["large_rows"]
+    blocks = cdiv(rows, cta_rows)
+    block_rows = tr * cdiv(cdiv(rows, blocks), tr)
+    tiles = cdiv(nk, keys)
+    max_splits = min(max(tiles // stages, 1), SPLIT_KV["max_splits"])
+    want = choose_splits(b * hkv * blocks, max_splits, min(max(sms, 1), SPLIT_KV["max_sms"]) * ROWTILES["ctas_per_sm"])
+    per = cdiv(tiles, want)
+    splits = cdiv(tiles, per)
+    fewest = None
+    for rb in range(blocks):
+        row0 = rb * block_rows
+        n_rows = min(block_rows, rows - row0)
+        first_i, last_i = row0 % nq, (row0 + n_rows - 1) % nq
+        max_i = nq - 1 if (n_rows >= nq or last_i < first_i) else last_i
+        kv_end = nk - nq + max_i + 1 if causal else nk
+        for split in range(splits):
+            mine = max(0, min(split * per + per, cdiv(kv_end, keys)) - split * per)
+            fewest = mine if fewest is None else min(fewest, mine)
+    return splits, blocks, fewest
+
+
 def ring_walks(r, p, d, causal):
     """[(what, wraps)] of ring r on problem p at head dimension d."""
     stages = r["stages"][d] if isinstance(r["stages"], dict) else r["stages"]
@@ -254,6 +285,15 @@ def ring_walks(r, p, d, causal):
                                               p["grid_sms"], causal)
                 check(splits >= 2, f"decode kv_n={nk} on {p['grid_sms']} SMs: {splits} splits, so the merge runs")
                 out.append((f"kv_n={nk}: {splits} splits, each warp >= {fewest} tiles", wraps(fewest, stages)))
+        return out
+    if kind == "rowtiles":
+        for nk in p["kv_n"]:
+            for hkv in p["kv_heads"]:
+                splits, blocks, fewest = rowtile_walks(p["b"], p["heads"], hkv or p["heads"], p["n"][0], nk, stages,
+                                                       p["grid_sms"], causal)
+                check(splits >= 2, f"step 44 kv_n={nk} on {p['grid_sms']} SMs: {splits} splits, so the merge runs")
+                out.append((f"kv_n={nk}: {blocks} row blocks, {splits} splits, each CTA >= {fewest} tiles",
+                            wraps(fewest, stages)))
         return out
     if kind == "varlen":
         for lens in p["varlen"]:
@@ -276,7 +316,7 @@ def ring_walks(r, p, d, causal):
 def ragged(r, p, d):
     """Why problem p is not ragged against ring r's tiles, or None."""
     block = r["block"][d] if isinstance(r["block"], dict) else r["block"]
-    if r["kind"] == "decode":
+    if r["kind"] in ("decode", "rowtiles"):
         bad = [nk for nk in p["kv_n"] if nk % block == 0] + [pg for pg in p["page"] for nk in p["kv_n"] if pg and nk % pg == 0]
         return f"keys or pages divide evenly: {bad}" if bad else None
     if r["kind"] == "varlen":
@@ -336,7 +376,7 @@ def test_arguments(tmp):
     for bad, why in ((["--no-such-option", "x"], "unknown option"),
                      (["--steps", "3-x", "--print-problems"], "--steps takes"),
                      (["--steps", "9-3", "--print-problems"], "runs backwards"),
-                     (["--steps", "44", "--print-problems"], "there is no step 44"),
+                     (["--steps", "45", "--print-problems"], "there is no step 45"),
                      (["--steps", "99", "--print-problems"], "there is no step 99"),
                      (["--dtype", "fp32", "--print-problems"], "--dtype takes"),
                      (["--timeout", "0", "--print-problems"], "--timeout takes"),

@@ -2,6 +2,8 @@
 // ranges that cover every key tile once, and a workspace bound that holds for any GPU.
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
+#include <vector>
 
 #include "common/split_kv.hpp"
 #include "tests/catch.hpp"
@@ -86,4 +88,34 @@ TEST_CASE("LADDER_SPLITS forces the split count, within what the keys allow", "[
   ::unsetenv("LADDER_SPLITS");
   CHECK(plan_splits(8, max_splits_for(8192, kMinTiles), kH200Sms, kCtasPerSm) == rule);
   CHECK(rule == 32);
+}
+
+TEST_CASE("plan_fused: the rule's splits, and the workspace's parts where fused_workspace_for sized them",
+          "[split_kv]") {
+  // Step 44 at the serving grid's Nq = 16 shapes (64-key tiles, a split keeps 3): B = 8, Hq = 32,
+  // Hkv = 8 is one row block of 64 rows, 64 CTAs a split, 4 splits as at Nq = 1; B = 3, Hq = 40 is
+  // two row blocks (48 + 32), 48 CTAs a split, 11 splits.
+  constexpr int kKeys = 64, kStages = 3, kD = 128;
+  struct Shape {
+    std::int64_t ctas, rows;
+    int nk, splits;
+  };
+  for (const auto& s : {Shape{8 * 8, 8 * 32 * 16, 32768, 4}, Shape{3 * 8 * 2, 3 * 40 * 16, 12345, 11}}) {
+    const int tiles = (s.nk + kKeys - 1) / kKeys, limit = max_splits_for(tiles, kStages);
+    const std::size_t bytes = fused_workspace_for(s.ctas, limit, tiles, kCtasPerSm, s.rows, kD);
+    std::vector<unsigned char> ws(bytes);
+    const FusedPlan plan = plan_fused("test", ws.data(), s.ctas, limit, tiles, kH200Sms, kCtasPerSm, s.rows, kD);
+    CHECK(plan.splits == s.splits);
+    CHECK(std::int64_t(plan.splits) * plan.tiles_per_split >= tiles);
+    CHECK(reinterpret_cast<unsigned char*>(plan.o_partial) == ws.data());
+    CHECK(plan.lse2_partial == plan.o_partial + partial_o_floats(s.rows, plan.splits, kD));
+    CHECK(reinterpret_cast<unsigned char*>(plan.counters + s.ctas) <= ws.data() + bytes);  // the counters fit
+    CHECK_THROWS_AS(plan_fused("test", nullptr, s.ctas, limit, tiles, kH200Sms, kCtasPerSm, s.rows, kD),
+                    std::logic_error);
+  }
+  // One split: no workspace needed, none used.
+  const FusedPlan one = plan_fused("test", nullptr, 4096, 1, 64, kH200Sms, kCtasPerSm, 4096, kD);
+  CHECK(one.splits == 1);
+  CHECK(one.o_partial == nullptr);
+  CHECK(one.counters == nullptr);
 }

@@ -106,6 +106,35 @@ TEST_CASE("decode: 1, 7 and 16 queries against caches of 1 to 4097 keys (2049 in
     }
 }
 
+TEST_CASE("decode: speculative 2-16 queries at groups 5 and 8, up to 128 packed rows a K/V head",
+          "[gpu][serving][decode]") {
+  const auto variants = serving(kDecode | kGqa);
+  if (variants.empty()) return;
+  // A K/V head's packed rows (group · Nq) decide a decode CTA's shape: 10 to 128 here, so that
+  // step 44 runs both its instances (32 and 64 rows), a CTA with idle warps (35 rows: 48), and two
+  // row blocks meeting at the splits' counters (80 rows: 48 + 32; 128: 64 + 64). Caches of one
+  // key, one past step 44's 64-key tile, and the decode grid's longest.
+  const int longest = testing::full_grid() ? 4097 : 2049;
+  struct Point {
+    int heads, head_dim, nq, nk;
+  };
+  std::vector<Point> points;
+  if (!testing::full_grid() && testing::only_peers(variants)) {
+    points = {{10, 128, 16, longest}, {16, 64, 4, 65}};
+  } else {
+    for (int heads : {10, 16})  // groups 5 and 8 on 2 K/V heads
+      for (int d : kHeadDims)
+        for (int nq : {2, 4, 7, 16})
+          for (int nk : {1, 65, longest}) points.push_back({heads, d, nq, nk});
+  }
+  for (const auto& [heads, d, nq, nk] : points)
+    for (bool causal : {false, true}) {
+      if (causal && nq > nk) continue;  // aligned to the end, the first queries see no key
+      check_both_types(variants, {.batch = 2, .heads = heads, .seqlen = nq, .head_dim = d,
+                                  .causal = causal, .kv_heads = 2, .kv_seqlen = nk});
+    }
+}
+
 TEST_CASE("decode: large logits and a second seed", "[gpu][serving][decode]") {
   const auto variants = serving(kDecode);
   if (variants.empty()) return;
