@@ -201,6 +201,7 @@ TEST_CASE("paged: pages of 16, 64 and 256 rows, scattered", "[gpu][serving][page
   }
   for (const auto& [page, d, nq, nk] : points)
     for (bool causal : {false, true}) {
+      if (causal && nk < nq) continue;  // aligned to the end, the first queries would see no key
       const AttentionShape shape{.batch = 3, .heads = 8, .seqlen = nq, .head_dim = d,
                                  .causal = causal, .kv_heads = 2, .kv_seqlen = nk,
                                  .page_size = page};
