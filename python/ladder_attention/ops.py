@@ -1,0 +1,186 @@
+"""The PyTorch operators: ladder::attention_fwd (out, lse) and ladder::attention_bwd (dq, dk, dv),
+torch.library custom ops with fake kernels (shapes and dtypes only: torch.compile, FakeTensor
+and meta tensors need no library and no GPU) and autograd (the forward's inputs, output and
+log-sum-exp saved; the backward runs attention_bwd).
+
+Both take a variant id ("" = the dispatch table's best for the problem, dispatch.py) and run on
+PyTorch's current stream of the tensors' device. The library keeps a workspace per variant and
+problem from its first call, so a CUDA graph captures a problem after one eager call of it."""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib, checks, dispatch
+
+
+# The variants the last real calls ran, {"forward": id, "backward": id} (for tests and curiosity).
+LAST = {"forward": None, "backward": None}
+
+
+# Inductor hands the ops contiguous tensors (the library's layout); older PyTorch: a fixed order.
+_TAGS = tuple(getattr(torch.Tag, t) for t in ("needs_contiguous_strides",) if hasattr(torch.Tag, t)) or (
+    torch.Tag.needs_fixed_stride_order,)
+
+
+class UnsupportedError(RuntimeError):
+    """No variant of the ladder serves the problem (each row's reason is in the message)."""
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def _capability(device):
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def _run_first(what, candidates, call):
+    """Calls call(variant) for each candidate until one is not refused; returns the id that ran."""
+    refused = []
+    for vid in candidates:
+        try:
+            call(vid)
+            return vid
+        except _lib.LadderError as e:
+            if not dispatch.is_refusal(str(e)):
+                raise _lib.LadderError("%s with %s: %s" % (what, vid, e)) from None
+            refused.append(str(e))
+    if not candidates:
+        raise UnsupportedError("no variant in the table serves %s (ladder_attention.dispatch lists them; "
+                               "variant= names any id of `ladder --list`)" % what)
+    raise UnsupportedError("no variant serves %s: %s" % (what, " | ".join(refused)))
+
+
+@torch.library.custom_op("ladder::attention_fwd", mutates_args=(), tags=_TAGS)
+def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str = "",
+                  backward_variant: str = "", need_lse: bool = True, cu_seqlens: Optional[Tensor] = None,
+                  seqlens: Optional[Tensor] = None, block_table: Optional[Tensor] = None,
+                  kv_seqlen: int = 0) -> Tuple[Tensor, Tensor]:
+    """O and the log-sum-exp (natural log, of the 1/sqrt(D)-scaled logits; NaN where need_lse is
+    False and the variant writes none). backward_variant is the backward's choice, kept for it."""
+    p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, block_table, kv_seqlen)
+    lens = checks.host_lengths(p, q, seqlens) if p.layout == "varlen" else None
+    sm = _capability(q.device)
+    kind = checks.kind_of(p)
+    what = "the %s forward %s %s D=%d%s%s on sm_%d" % (kind, tuple(q.shape), p.dtype, p.head_dim,
+                                                        " causal" if causal else "",
+                                                        " with its log-sum-exp" if need_lse else "", sm)
+    candidates = dispatch.forward_candidates(kind, sm, p.dtype, p.head_dim, need_lse, variant)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(checks.lse_shape(p, q), dtype=torch.float32, device=q.device)
+    bf16 = int(p.dtype == "bf16")
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream().cuda_stream
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), stream)
+        if kind == "dense":
+            def call(vid):
+                _lib.call("ladder_attention", vid, p.batch, p.heads, p.seqlen, p.head_dim, int(causal), bf16, *ptrs)
+        else:
+            q_lens = _lib.host_ints(lens)
+            cu = _ptr(cu_seqlens)
+            batch = len(lens) if lens else p.batch
+            seqlen = max(lens) if lens else p.seqlen
+            kv_len = 0 if lens else p.kv_seqlen
+
+            def call(vid):
+                _lib.call("ladder_attention_serving", vid, batch, p.heads, p.kv_heads, seqlen, kv_len, p.head_dim,
+                          int(causal), bf16, q_lens, None, cu, cu, p.page_size, _ptr(block_table), *ptrs)
+        used = LAST["forward"] = _run_first(what, candidates, call)
+    if used not in dispatch.WRITES_LSE:
+        lse.fill_(math.nan)
+    return out, lse
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, causal=False, variant="", backward_variant="", need_lse=True, cu_seqlens=None,
+                        seqlens=None, block_table=None, kv_seqlen=0):
+    p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, block_table, kv_seqlen, allow_meta=True)
+    return q.new_empty(q.shape), q.new_empty(checks.lse_shape(p, q), dtype=torch.float32)
+
+
+@torch.library.custom_op("ladder::attention_bwd", mutates_args=(), tags=_TAGS)
+def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool = False,
+                  variant: str = "", cu_seqlens: Optional[Tensor] = None,
+                  seqlens: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """dQ, dK, dV of self-attention (dense, GQA or varlen) from the forward's out and lse.
+    variant: an id, "" (the fastest) or "deterministic"."""
+    p = _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_meta=False)
+    lens = checks.host_lengths(p, q, seqlens) if p.layout == "varlen" else None
+    sm = _capability(q.device)
+    kind = checks.kind_of(p)
+    what = "the %s backward %s %s D=%d%s on sm_%d" % (kind, tuple(q.shape), p.dtype, p.head_dim,
+                                                      " causal" if causal else "", sm)
+    candidates = dispatch.backward_candidates(kind, sm, p.dtype, p.head_dim, variant)
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+    bf16 = int(p.dtype == "bf16")
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream().cuda_stream
+        ptrs = [x.data_ptr() for x in (q, k, v, out, grad_out, lse, dq, dk, dv)] + [stream]
+        if kind == "dense":
+            def call(vid):
+                _lib.call("ladder_attention_backward", vid, p.batch, p.heads, p.seqlen, p.head_dim, int(causal),
+                          bf16, *ptrs)
+        else:
+            q_lens = _lib.host_ints(lens)
+
+            def call(vid):
+                _lib.call("ladder_attention_backward_serving", vid, len(lens) if lens else p.batch, p.heads,
+                          p.kv_heads, max(lens) if lens else p.seqlen, p.head_dim, int(causal), bf16, q_lens,
+                          _ptr(cu_seqlens), *ptrs)
+        LAST["backward"] = _run_first(what, candidates, call)
+    return dq, dk, dv
+
+
+def _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_meta):
+    p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, None, 0, allow_meta=allow_meta)
+    if p.layout == "dense" and p.seqlen != p.kv_seqlen:
+        raise NotImplementedError("the backward is self-attention: %d queries against %d keys (decode) has no "
+                                  "backward in the ladder" % (p.seqlen, p.kv_seqlen))
+    for name, x, shape, dtype in (("grad_out", grad_out, q.shape, q.dtype), ("out", out, q.shape, q.dtype),
+                                  ("lse", lse, checks.lse_shape(p, q), torch.float32)):
+        checks._tensor(name, x)
+        if tuple(x.shape) != tuple(shape) or x.dtype != dtype:
+            raise ValueError("%s is %s %s; the backward expects %s %s" % (name, tuple(x.shape), x.dtype,
+                                                                         tuple(shape), dtype))
+        checks._device(name, x, q, allow_meta)
+        checks._contiguous(name, x)
+    return p
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(grad_out, q, k, v, out, lse, causal=False, variant="", cu_seqlens=None, seqlens=None):
+    _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_meta=True)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, _, backward_variant, need_lse, cu_seqlens, seqlens, block_table, kv_seqlen = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.causal, ctx.backward_variant, ctx.need_lse = causal, backward_variant, need_lse
+    ctx.no_backward = None
+    if block_table is not None:
+        ctx.no_backward = "a paged K/V cache"
+    elif cu_seqlens is None and q.shape[2] != k.shape[2]:
+        ctx.no_backward = "a decode shape (%d queries, %d keys)" % (q.shape[2], k.shape[2])
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, seqlens)
+
+
+def _backward(ctx, grad_out, _grad_lse):
+    if ctx.no_backward:
+        raise NotImplementedError("ladder::attention_fwd has no backward for %s (inference only: run it under "
+                                  "torch.no_grad())" % ctx.no_backward)
+    if not ctx.need_lse:
+        raise RuntimeError("ladder::attention_fwd ran with need_lse=False, so it kept no log-sum-exp for the "
+                           "backward: call it with need_lse=True (ladder_attention.attention does when a "
+                           "gradient is needed)")
+    q, k, v, out, lse, cu_seqlens, seqlens = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.causal, ctx.backward_variant,
+                               cu_seqlens, seqlens)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
