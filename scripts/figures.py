@@ -17,6 +17,7 @@
   scripts/figures_part7_writer.py   part7-dq-writer (chapter 40; measured)
   scripts/figures_part7_decode.py   part7-fused-decode, -wide-merge (chapters 41, 42; schematics)
   scripts/figures_part7_decode_sizes.py  part7-decode-sizes, -split-cost-model (chapter 42; measured)
+  scripts/figures_part7_three_iterators.py  part7-three-iterators (chapter 34; measured)
   scripts/figures_part7_paged.py    part7-paged-cost (chapter 43; measured)
   scripts/figures_part7_specdec.py  part7-specdec-rows (chapter 44; a schematic)
   scripts/figures_course.py    course-path.png (the course's map)
@@ -36,7 +37,7 @@ from figlib import out_dir, parser
 SCRIPTS = ["figures_part1_2.py", "figures_part3.py", "figures_part4.py", "figures_part5.py",
            "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_part7_serving.py",
            "figures_part7_order.py", "figures_part7_writer.py", "figures_part7_decode.py", "figures_part7_decode_sizes.py",
-           "figures_part7_paged.py", "figures_part7_specdec.py",
+           "figures_part7_three_iterators.py", "figures_part7_paged.py", "figures_part7_specdec.py",
            "figures_course.py"]
 
 
