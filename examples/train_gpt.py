@@ -18,10 +18,10 @@ under the source is known when it is drawn, so the source entropy (the floor) is
 unigram and bigram entropies (what a model reaches seeing no context, or only the last token).
 
 Model: pre-LayerNorm GPT (learned positions, GELU MLP of 4x width, tied embeddings, no dropout), fp32
-weights under autocast. --dtype fp16 (the default, with a GradScaler) runs the ladder's kernels both
-ways: its training forward is step 06's, the backward step 40's. With bf16 the package's training
-forward is cuDNN's (no bf16 ladder forward writes the log-sum-exp the backward needs, python/README.md).
-The JSON records the variants that ran. On CPU: fp32, SDPA only. AdamW (0.9, 0.95; weight decay on
+weights under autocast, --dtype fp16 (the default, with a GradScaler) or bf16. On an H200 both run the
+ladder's kernels both ways: the forward is step 34's at head width 64 (step 33's at 128), which writes
+the log-sum-exp the backward needs, and the backward step 40's (python/README.md). The JSON records the
+variants that ran. On CPU: fp32, SDPA only. AdamW (0.9, 0.95; weight decay on
 matrices), linear warm-up (at most a tenth of the steps), cosine decay to a tenth, clipping at 1.0.
 
 Output in --out (default out/): <date>-train-gpt.json (provenance; per backend every step's loss, the

@@ -128,7 +128,10 @@ Device current_device() {
 // Workspaces by (variant id, bytes), kept for the life of the process, each with the problem it
 // served last: zeroed when allocated and again when another problem takes it over
 // (AttentionArgs::workspace's contract: a kernel's counters there are 0 between its launches on
-// one problem, and another problem's partials may sit where this one's counters go).
+// one problem, and another problem's partials may sit where this one's counters go). The zeroing
+// is a cudaMemsetAsync on the call's stream, so it is ordered before the launch and a CUDA graph
+// can hold it; under capture it is captured on every call, because a replay cannot know which
+// problem used the slot last (an eager call of another problem may run between two replays).
 struct Workspace {
   std::unique_ptr<ladder::DeviceBuffer<std::uint8_t>> buffer;
   std::string problem;
@@ -156,7 +159,7 @@ struct Prepared {
   void* workspace;
 };
 template <class Launch>
-Prepared prepare(const char* id, const char* kind, const AttentionShape& shape) {
+Prepared prepare(const char* id, const char* kind, const AttentionShape& shape, cudaStream_t stream) {
   std::string why;
   const ladder::Variant* variant = find_variant<Launch>(id ? id : "", kind, &why);
   if (!variant) throw CallError{why};
@@ -167,19 +170,23 @@ Prepared prepare(const char* id, const char* kind, const AttentionShape& shape) 
   const std::size_t bytes = variant->workspace_bytes(shape);
   auto& slot = workspaces()[{std::string(id), bytes}];
   if (!slot.buffer) slot.buffer = std::make_unique<ladder::DeviceBuffer<std::uint8_t>>(bytes);
-  if (const std::string problem = shape.to_string(); slot.problem != problem) {
-    slot.buffer->zero();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (const std::string problem = shape.to_string();
+      slot.problem != problem || capture != cudaStreamCaptureStatusNone) {
+    slot.buffer->fill_bytes(0, stream);
     slot.problem = problem;
   }
   return {variant, shape, gpu, slot.buffer->get()};
 }
 template <class Launch>
 Prepared prepare(const char* id, const char* kind, int batch, int heads, int seqlen, int head_dim,
-                 int causal, int bf16) {
+                 int causal, int bf16, cudaStream_t stream) {
   return prepare<Launch>(id, kind,
                          AttentionShape{.batch = batch, .heads = heads, .seqlen = seqlen,
                                         .head_dim = head_dim, .causal = causal != 0,
-                                        .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16});
+                                        .dtype = bf16 ? ladder::DType::BF16 : ladder::DType::F16},
+                         stream);
 }
 
 // ladder_attention_serving's shape from its arguments (the header comment says which are whose).
@@ -234,7 +241,8 @@ extern "C" int ladder_attention(const char* id, int batch, int heads, int seqlen
                                 void* o, float* lse, void* stream, char* error, int error_bytes) {
   return guarded(id, error, error_bytes, [&] {
     const Prepared p = prepare<ladder::AttentionLaunch>(id, "attention", batch, heads, seqlen,
-                                                         head_dim, causal, bf16);
+                                                         head_dim, causal, bf16,
+                                                         static_cast<cudaStream_t>(stream));
     const ladder::AttentionArgs args =
         ladder::attention_args(p.shape, q, k, v, o, lse, p.workspace, launch_device(p));
     std::get<ladder::AttentionLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
@@ -248,7 +256,8 @@ extern "C" int ladder_attention_backward(const char* id, int batch, int heads, i
                                          void* dv, void* stream, char* error, int error_bytes) {
   return guarded(id, error, error_bytes, [&] {
     const Prepared p = prepare<ladder::BackwardLaunch>(id, "backward", batch, heads, seqlen,
-                                                        head_dim, causal, bf16);
+                                                        head_dim, causal, bf16,
+                                                        static_cast<cudaStream_t>(stream));
     const ladder::BackwardArgs args = ladder::backward_args(p.shape, q, k, v, o, d_o, lse, dq, dk, dv,
                                                             p.workspace, launch_device(p));
     std::get<ladder::BackwardLaunch>(p.variant->launch)(args, static_cast<cudaStream_t>(stream));
@@ -266,7 +275,8 @@ extern "C" int ladder_attention_serving(const char* id, int batch, int heads, in
     const Prepared p = prepare<ladder::AttentionLaunch>(
         id, "attention",
         serving_shape(batch, heads, kv_heads, seqlen, kv_seqlen, head_dim, causal, bf16, q_lens,
-                      kv_lens, cu_seqlens_q, cu_seqlens_k, page_size, block_table));
+                      kv_lens, cu_seqlens_q, cu_seqlens_k, page_size, block_table),
+        static_cast<cudaStream_t>(stream));
     const ladder::AttentionArgs args =
         ladder::attention_args(p.shape, q, k, v, o, lse, p.workspace, launch_device(p),
                                {cu_seqlens_q, cu_seqlens_k, block_table});
@@ -288,7 +298,8 @@ extern "C" int ladder_attention_backward_serving(const char* id, int batch, int 
     const AttentionShape shape = serving_shape(batch, heads, kv_heads, seqlen, 0, head_dim, causal, bf16,
                                                q_lens, nullptr, cu_seqlens_q, cu_seqlens_q, 0, nullptr);
     if (auto bad = ladder::validate_backward(shape)) throw CallError{*bad};
-    const Prepared p = prepare<ladder::BackwardLaunch>(id, "backward", shape);
+    const Prepared p =
+        prepare<ladder::BackwardLaunch>(id, "backward", shape, static_cast<cudaStream_t>(stream));
     const ladder::BackwardArgs args =
         ladder::backward_args(p.shape, q, k, v, o, d_o, lse, dq, dk, dv, p.workspace, launch_device(p),
                               shape.varlen() ? cu_seqlens_q : nullptr, shape.varlen() ? cu_seqlens_q : nullptr);

@@ -15,11 +15,12 @@ Problems (`kind_of` in checks.py):
           decode16 when the packed rows of a K/V head (Nq x H/Hkv) are at most 16, decode_wide beyond
   paged   decode through a block table, K/V pools [pages, Hkv, page, D]
 
-Not every forward writes the log-sum-exp the backward needs: no Hopper prefill step (16-22,
-26, 27, 31-35) does. So a forward whose result needs a gradient runs the best row with lse=True
-(step 06's kernel on fp16 dense problems, else the cuDNN peer 99/cudnn_lse), and one under
-torch.no_grad() the best row of all. Rows with peer=True are the libraries the ladder is measured
-against (cuDNN), last in each list: they run where no step of the ladder serves the problem."""
+Not every forward writes the log-sum-exp the backward needs: of the Hopper prefill steps only the
+ones the tables put first do (33, 34, 26, 27: their epilogues write it when asked), not 16-22, 31,
+32 or 35. So a forward whose result needs a gradient runs the best row with lse=True, and one
+under torch.no_grad() the best row of all (on the H200 the same kernel). Rows with peer=True are
+the libraries the ladder is measured against (cuDNN), last in each list: they run where no step of
+the ladder serves the problem."""
 import collections
 
 Row = collections.namedtuple("Row", "id sm dtypes dims lse peer")
@@ -37,13 +38,13 @@ CUDNN = row("99/cudnn", AMPERE_UP, peer=True)
 CUDNN_LSE = row("99/cudnn_lse", AMPERE_UP, lse=True, peer=True)
 
 FORWARD = {
-    "dense": [row("34/three_iterators", HOPPER, dims=D64),  # D = 64 top (step 22's tile, step 33's descriptors)
-              row("33/iterators", HOPPER),                   # D = 128 top
+    "dense": [row("34/three_iterators", HOPPER, dims=D64, lse=True),  # D = 64 top (step 22's tile, step 33's descriptors)
+              row("33/iterators", HOPPER, lse=True),         # D = 128 top
               row("21/snake", HOPPER),
               row("06/h200", AMPERE_UP, dtypes=("fp16",), lse=True),
               CUDNN, CUDNN_LSE],
-    "gqa": [row("26/group_order", HOPPER), CUDNN, CUDNN_LSE],
-    "varlen": [row("27/longest_first", HOPPER), CUDNN, CUDNN_LSE],
+    "gqa": [row("26/group_order", HOPPER, lse=True), CUDNN, CUDNN_LSE],
+    "varlen": [row("27/longest_first", HOPPER, lse=True), CUDNN, CUDNN_LSE],
     "decode16": [row("42/cta_merge", AMPERE_UP, lse=True), row("44/row_tiles", AMPERE_UP, lse=True),
                  row("28/split_kv", AMPERE_UP, lse=True), CUDNN],
     "decode_wide": [row("44/row_tiles", AMPERE_UP, lse=True), row("42/cta_merge", AMPERE_UP, lse=True), CUDNN],
@@ -63,8 +64,9 @@ DETERMINISTIC_BACKWARD = {
 
 # Every forward variant that writes the log-sum-exp (Variant::with_lse in steps/), for a named one.
 WRITES_LSE = {"06/lse", "06/bc128", "06/bc128_s64", "06/h200", "06/d128_lean", "06/d128_s64_unroll2",
-              "06/d128_s64", "28/one_cta_per_head", "28/split_kv", "29/split_kv", "41/last_cta_merge",
-              "42/cta_merge", "43/cta_merge", "44/row_tiles", "99/cudnn_lse"}
+              "06/d128_s64", "26/group_order", "26/head_major", "27/longest_first", "27/in_order",
+              "28/one_cta_per_head", "28/split_kv", "29/split_kv", "33/iterators", "34/three_iterators",
+              "41/last_cta_merge", "42/cta_merge", "43/cta_merge", "44/row_tiles", "99/cudnn_lse"}
 
 
 def _fits(r, sm, dtype, head_dim, need_lse):

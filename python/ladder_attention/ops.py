@@ -5,7 +5,8 @@ log-sum-exp saved; the backward runs attention_bwd).
 
 Both take a variant id ("" = the dispatch table's best for the problem, dispatch.py) and run on
 PyTorch's current stream of the tensors' device. The library keeps a workspace per variant and
-problem from its first call, so a CUDA graph captures a problem after one eager call of it."""
+problem from its first call, so a CUDA graph captures a problem after one eager call of it: a call
+under capture of a problem that never ran eagerly raises a RuntimeError saying so (_run)."""
 import math
 from typing import Optional, Tuple
 
@@ -54,6 +55,35 @@ def _run_first(what, candidates, call):
     raise UnsupportedError("no variant serves %s: %s" % (what, " | ".join(refused)))
 
 
+# The variant each problem's eager calls ran, by (entry point, device, shape, ..., candidates):
+# under CUDA-graph capture only a problem found here may run, and only with that variant (_run).
+WARM = {}
+
+
+def _run(what, key, candidates, call, capturing):
+    """_run_first outside a CUDA-graph capture (recording in WARM which variant served `key`); under
+    capture (`capturing`), the variant an eager call of `key` ran, or a RuntimeError if none did.
+
+    The library's first call of a variant for a problem is not capturable: it allocates the
+    variant's workspace (cudaMalloc), zeroes it (cudaMemset and a device synchronization), and the
+    cuDNN peers build their plans and buffers -- calls that invalidate a capture, and a cuDNN build
+    that fails there stays failed for the process. The refused rows before the one that ran are
+    skipped too (a refusal depends only on the problem and the GPU)."""
+    if not capturing:
+        WARM[key] = vid = _run_first(what, candidates, call)
+        return vid
+    vid = WARM.get(key)
+    if vid is None:
+        raise RuntimeError(
+            "%s is called during CUDA-graph capture but never ran eagerly: the library allocates and zeroes "
+            "a variant's workspace (cudaMalloc, cudaMemset, a device sync) and cuDNN builds its plan on the "
+            "first call of a problem, which a capture cannot hold. Run one eager call of exactly this call "
+            "first (the same shapes, dtype, causal, gradient need, variant, and for varlen the same lengths; "
+            "forward and backward), e.g. on a side stream before torch.cuda.graph; torch.compile's "
+            "mode='reduce-overhead' does it in its warm-up run" % what)
+    return _run_first(what, [vid], call)
+
+
 @torch.library.custom_op("ladder::attention_fwd", mutates_args=(), tags=_TAGS)
 def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str = "",
                   backward_variant: str = "", need_lse: bool = True, cu_seqlens: Optional[Tensor] = None,
@@ -88,7 +118,9 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant
             def call(vid):
                 _lib.call("ladder_attention_serving", vid, batch, p.heads, p.kv_heads, seqlen, kv_len, p.head_dim,
                           int(causal), bf16, q_lens, None, cu, cu, p.page_size, _ptr(block_table), *ptrs)
-        used = LAST["forward"] = _run_first(what, candidates, call)
+        key = ("forward", q.device.index, tuple(q.shape), tuple(k.shape), p.dtype, bool(causal), tuple(lens or ()),
+               kv_seqlen, None if block_table is None else tuple(block_table.shape), tuple(candidates))
+        used = LAST["forward"] = _run(what, key, candidates, call, torch.cuda.is_current_stream_capturing())
     if used not in dispatch.WRITES_LSE:
         lse.fill_(math.nan)
     return out, lse
@@ -130,7 +162,9 @@ def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor
                 _lib.call("ladder_attention_backward_serving", vid, len(lens) if lens else p.batch, p.heads,
                           p.kv_heads, max(lens) if lens else p.seqlen, p.head_dim, int(causal), bf16, q_lens,
                           _ptr(cu_seqlens), *ptrs)
-        LAST["backward"] = _run_first(what, candidates, call)
+        key = ("backward", q.device.index, tuple(q.shape), tuple(k.shape), p.dtype, bool(causal),
+               tuple(lens or ()), tuple(candidates))
+        LAST["backward"] = _run(what, key, candidates, call, torch.cuda.is_current_stream_capturing())
     return dq, dk, dv
 
 

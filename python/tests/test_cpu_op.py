@@ -1,6 +1,7 @@
 """The package without a GPU (and without libladder_capi.so where it says so): the import, the
 fake kernels' shapes on meta tensors, the argument checks and their messages, torch.library.opcheck
 and torch.compile(fullgraph=True) through the fake kernels, and the dispatch table's rules."""
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -136,7 +137,7 @@ class Errors(unittest.TestCase):
     def test_named_variant_without_lse_under_grad(self):
         q = meta(1, 2, 8, 64, grad=True)
         self.raises(ValueError, ["writes no log-sum-exp", "torch.no_grad()"], la.attention, q, q, q,
-                    variant="33/iterators")
+                    variant="21/snake")
 
 
 class OpCheck(unittest.TestCase):
@@ -182,6 +183,68 @@ class Compile(unittest.TestCase):
         self.assertEqual(f(q, k, v, cu, torch.tensor([5, 60], dtype=torch.int32)).shape, q.shape)
 
 
+    def test_fullgraph_varlen_backward_and_new_lengths(self):
+        """Varlen forward and backward traced once (aot_eager through the fakes); new lengths of the
+        same count in the CPU tensor reuse the graph (its values are read by the real kernel only)."""
+        torch._dynamo.reset()
+        f = torch.compile(lambda q, k, v, cu, lens: la.attention(q, k, v, True, cu_seqlens=cu, seqlens=lens),
+                          fullgraph=True, backend="aot_eager")
+        for i, lens in enumerate(([5, 60, 35], [50, 10, 40])):
+            q, k, v, cu = varlen_args(lens)
+            q, k, v = (x.requires_grad_() for x in (q, k, v))
+            stance = torch.compiler.set_stance("fail_on_recompile") if i else contextlib.nullcontext()
+            with stance:
+                out = f(q, k, v, cu, torch.tensor(lens, dtype=torch.int32))
+                out.sum().backward()
+            self.assertEqual(out.shape, q.shape)
+            self.assertEqual((q.grad.shape, k.grad.shape, v.grad.shape), (q.shape, k.shape, v.shape))
+
+
+class Capture(unittest.TestCase):
+    """ops._run: under CUDA-graph capture only a problem an eager call served may run (the library's
+    first call of a problem allocates and zeroes its workspace, which a capture cannot hold)."""
+
+    def setUp(self):
+        self.saved = dict(ops.WARM)
+        ops.WARM.clear()
+
+    def tearDown(self):
+        ops.WARM.clear()
+        ops.WARM.update(self.saved)
+
+    def test_first_call_under_capture_is_refused(self):
+        ran = []
+
+        def call(vid):
+            ran.append(vid)
+            if vid == "a/refuses":
+                raise la.LadderError("a/refuses does not run B=1: supports D in {128} only")
+
+        key = ("forward", 0, (1, 2, 77, 64), "shape")
+        with self.assertRaises(RuntimeError) as cm:
+            ops._run("the dense forward (1, 2, 77, 64)", key, ["a/refuses", "b/runs"], call, capturing=True)
+        for words in ("during CUDA-graph capture", "never ran eagerly", "one eager call", "(1, 2, 77, 64)",
+                      "reduce-overhead"):
+            self.assertIn(words, str(cm.exception))
+        self.assertEqual(ran, [])  # nothing reached the library
+        self.assertEqual(ops._run("p", key, ["a/refuses", "b/runs"], call, capturing=False), "b/runs")
+        self.assertEqual(ops.WARM[key], "b/runs")
+        ran.clear()
+        self.assertEqual(ops._run("p", key, ["a/refuses", "b/runs"], call, capturing=True), "b/runs")
+        self.assertEqual(ran, ["b/runs"])  # the eager call's variant only: the refusal is not retried
+        other = key[:-1] + ("another shape",)
+        self.assertRaises(RuntimeError, ops._run, "p", other, ["b/runs"], call, True)
+
+    def test_failure_under_capture_is_raised(self):
+        def call(vid):
+            raise la.LadderError("CUDA error cudaErrorStreamCaptureUnsupported")
+
+        ops.WARM[("k",)] = "b/runs"
+        with self.assertRaises(la.LadderError) as cm:
+            ops._run("p", ("k",), ["b/runs"], call, capturing=True)
+        self.assertIn("cudaErrorStreamCaptureUnsupported", str(cm.exception))
+
+
 class Dispatch(unittest.TestCase):
     def test_table_rules(self):
         for table in (dispatch.FORWARD, dispatch.BACKWARD, dispatch.DETERMINISTIC_BACKWARD):
@@ -198,7 +261,11 @@ class Dispatch(unittest.TestCase):
                 self.assertTrue(dispatch.forward_candidates(kind, 90, dt, 128, True), (kind, dt))
         self.assertEqual(dispatch.forward_candidates("dense", 90, "fp16", 64, False)[0], "34/three_iterators")
         self.assertEqual(dispatch.forward_candidates("dense", 90, "bf16", 128, False)[0], "33/iterators")
-        self.assertEqual(dispatch.forward_candidates("dense", 90, "fp16", 64, True), ["06/h200", "99/cudnn_lse"])
+        self.assertEqual(dispatch.forward_candidates("dense", 90, "fp16", 64, True),
+                         ["34/three_iterators", "33/iterators", "06/h200", "99/cudnn_lse"])
+        self.assertEqual(dispatch.forward_candidates("dense", 90, "bf16", 128, True), ["33/iterators", "99/cudnn_lse"])
+        self.assertEqual(dispatch.forward_candidates("varlen", 90, "bf16", 64, True), ["27/longest_first", "99/cudnn_lse"])
+        self.assertEqual(dispatch.forward_candidates("dense", 80, "fp16", 64, True), ["06/h200", "99/cudnn_lse"])
         self.assertEqual(dispatch.forward_candidates("dense", 80, "bf16", 64, False), ["99/cudnn", "99/cudnn_lse"])
         self.assertEqual(dispatch.backward_candidates("gqa", 90, "bf16", 64), ["37/group_in_cta"])
         self.assertEqual(dispatch.backward_candidates("dense", 80, "fp16", 64, "deterministic"), ["24/deterministic"])

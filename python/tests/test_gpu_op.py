@@ -2,8 +2,11 @@
 against PyTorch's SDPA in fp32 on ragged shapes, dense, GQA, varlen, decode and paged, causal and
 not, fp16 and bf16, with tests/gpu/capi_in_torch.py's rule -- the error at most twice PyTorch's own
 fp16/bf16 SDPA error plus one unit in the last place of the largest reference value, and no NaN;
-torch.library.opcheck on the real kernels; a CUDA graph captured after one eager call;
-torch.compile(fullgraph=True) of a small attention block; the errors for what no variant serves."""
+torch.library.opcheck on the real kernels; a CUDA graph captured after one eager call (dense and
+varlen), and the error for a first call under capture; torch.compile(fullgraph=True) of a small
+attention block and of varlen, and mode="reduce-overhead" (Inductor's CUDA graphs) of both, with
+inputs changed in place between replays; the errors for what no variant serves."""
+import contextlib
 import sys
 import pathlib
 import unittest
@@ -12,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import ladder_attention as la  # noqa: E402
-from ladder_attention import ops  # noqa: E402
+from ladder_attention import _lib, ops  # noqa: E402
 
 sdpa = torch.nn.functional.scaled_dot_product_attention
 DTYPES = (torch.float16, torch.bfloat16)
@@ -57,18 +60,66 @@ def results(fn, inputs, d_o):
         return [out.detach()] + list(torch.autograd.grad(out, leaves, d_o))
 
 
+@contextlib.contextmanager
+def library_calls():
+    """[(entry point, whether the current stream was capturing)] of every call into the library
+    meanwhile: a CUDA-graph replay makes none, so the list tells what was captured and replayed."""
+    calls, real = [], _lib.call
+
+    def call(name, *args):
+        calls.append((name, torch.cuda.is_current_stream_capturing()))
+        return real(name, *args)
+    _lib.call = call
+    try:
+        yield calls
+    finally:
+        _lib.call = real
+
+
+def randomize(*xs):
+    """New values in place (the tensors a graph captured), each of its own scale."""
+    with torch.no_grad():
+        for x in xs:
+            x.copy_(torch.randn_like(x) * float(x.float().std().clamp(min=1e-3)))
+
+
+def block_fn(attn, causal=True):
+    """A small attention block, x [B, N, 512] -> [B, N, 512]: qkv projection, 8 heads of D = 64."""
+    def fn(x, weight, bias):
+        b, n, _ = x.shape
+        q, k, v = torch.nn.functional.linear(x, weight, bias).view(b, n, 3, 8, 64).permute(2, 0, 3, 1, 4)
+        return attn(q, k, v, causal).transpose(1, 2).reshape(b, n, 512)
+    return fn
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.qkv = torch.nn.Linear(512, 3 * 512, dtype=dtype, device="cuda")
+
+    def forward(self, x):
+        return block_fn(lambda q, k, v, causal: la.attention(q, k, v, causal))(x, self.qkv.weight, self.qkv.bias)
+
+
 class Case(unittest.TestCase):
     def check(self, what, fn, ref_fn, inputs, grad=True):
         """fn's output (and gradients) against ref_fn in fp32, each within the tolerance rule."""
-        dtype = inputs[0].dtype
         d_o = torch.randn_like(inputs[0]) if grad else None
-        ref = results(ref_fn, [x.float() for x in inputs], None if d_o is None else d_o.float())
-        low = results(ref_fn, inputs, d_o)
         got = results(fn, inputs, d_o)
         used = "%s%s" % (ops.LAST["forward"], " + " + str(ops.LAST["backward"]) if grad else "")
+        self.compare(what, got, ref_fn, inputs, d_o, used)
+
+    def compare(self, what, got, ref_fn, inputs, d_o, used, names=("O", "dQ", "dK", "dV"), own_floors=False):
+        """got (an output and, with d_o, its inputs' gradients) against ref_fn on inputs in fp32: the
+        error at most twice ref_fn's own in the inputs' dtype plus one ulp of the largest value (of
+        the output; of all gradients, or with own_floors of each: inputs of unlike scales)."""
+        dtype = inputs[0].dtype
+        ref = results(ref_fn, [x.float() for x in inputs], None if d_o is None else d_o.float())
+        low = results(ref_fn, inputs, d_o)
+        self.assertEqual(len(got), len(ref), what)
         floor = ulp(dtype) * max(float(r.abs().max()) for r in ref[1:] or ref)
-        for name, g, r, lo in zip(("O", "dQ", "dK", "dV"), got, ref, low):
-            this_floor = ulp(dtype) * float(r.abs().max()) if name == "O" else floor
+        for i, (name, g, r, lo) in enumerate(zip(names, got, ref, low)):
+            this_floor = ulp(dtype) * float(r.abs().max()) if i == 0 or own_floors else floor
             torch_err = float((lo.float() - r).abs().max())
             err = float((g.float() - r).abs().max()) if bool(torch.isfinite(g).all()) else float("nan")
             tol = 2 * torch_err + this_floor
@@ -128,6 +179,46 @@ class Values(Case):
                     return la.attention(q, pools[0], pools[1], causal, block_table=table, kv_seqlen=4097)
                 self.check("paged(64) " + what, paged, lambda q, k, v: attend(q, k, v, causal), [q, k, v], grad=False)
 
+    def test_hopper_forwards_write_the_lse(self):
+        """On sm_90 a training step's forward is the table's first row, which writes the log-sum-exp:
+        34 (D = 64), 33 (D = 128), 26 (GQA), 27 (varlen); its LSE against fp32's logsumexp."""
+        if torch.cuda.get_device_capability() != (9, 0):
+            self.skipTest("the Hopper forwards run on sm_90 only")
+        lens = [1, 77, 300]
+        cu = torch.tensor([0, 1, 78, 378], dtype=torch.int32, device="cuda")
+        cases = [("34/three_iterators", (2, 3, 3, 333, 64), None), ("33/iterators", (1, 2, 2, 333, 128), None),
+                 ("26/group_order", (1, 8, 2, 333, 64), None), ("27/longest_first", (1, 4, 2, 378, 128), lens)]
+        for dtype in DTYPES:
+            for vid, (b, h, hkv, n, d), varlen in cases:
+                for causal in (False, True):
+                    if varlen:
+                        q = torch.randn(n, h, d, dtype=dtype, device="cuda")
+                        k, v = (torch.randn(n, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+                        out, lse = la.attention(q, k, v, causal, cu_seqlens=cu, seqlens=varlen, return_lse=True)
+                    else:
+                        q = torch.randn(b, h, n, d, dtype=dtype, device="cuda")
+                        k, v = (torch.randn(b, hkv, n, d, dtype=dtype, device="cuda") for _ in range(2))
+                        out, lse = la.attention(q, k, v, causal, return_lse=True)
+                    self.assertEqual(ops.LAST["forward"], vid)
+                    seqs = [(0, 0, n)] if not varlen else [(0, s, m) for s, m in zip([0, 1, 78], varlen)]
+                    for bb in range(b):
+                        for _, start, m in seqs:
+                            qs, ks = ((x[start:start + m].transpose(0, 1) if varlen else x[bb])
+                                      for x in (q, k))
+                            ks = ks.float().repeat_interleave(h // hkv, dim=0)
+                            s = qs.float() @ ks.transpose(1, 2) / d ** 0.5
+                            if causal:
+                                s = s.masked_fill(torch.ones(m, m, dtype=torch.bool, device="cuda").triu(1),
+                                                  float("-inf"))
+                            ref = torch.logsumexp(s, dim=-1)  # [H, m]
+                            got = lse[:, start:start + m] if varlen else lse[bb]
+                            err = float((got - ref).abs().max()) if bool(torch.isfinite(got).all()) else float("nan")
+                            print("%s  LSE %s %s B=%d H=%d Hkv=%d N=%d D=%d%s: max|lse - fp32| = %.3g" % (
+                                "ok  " if err <= 1e-3 else "FAIL", vid, str(dtype)[6:], b, h, hkv, m, d,
+                                " causal" if causal else "", err))
+                            # fp32 sums of exp of the inputs' own products: only the summation order differs
+                            self.assertLessEqual(err, 1e-3, "%s %s" % (vid, dtype))  # NaN fails too
+
     def test_strided_inputs(self):
         qkv = torch.randn(2, 77, 3, 4, 64, dtype=torch.float16, device="cuda").permute(2, 0, 3, 1, 4)
         with torch.no_grad():
@@ -178,18 +269,42 @@ class Machinery(Case):
             for g, r, lo in zip(replayed[1:], ref[1:], low[1:]):
                 self.assertLessEqual(float((g.float() - r).abs().max()), 2 * float((lo.float() - r).abs().max()) + floor)
 
-    def test_compile_fullgraph(self):
-        class Block(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.qkv = torch.nn.Linear(512, 3 * 512, dtype=torch.bfloat16, device="cuda")
+    def test_cuda_graph_of_two_problems_sharing_workspaces(self):
+        """Causal and not, same shapes: each variant's workspace is one slot of the same size for both
+        problems, so each call in the graph re-zeroes it (in stream order: a cudaMemset with a device
+        synchronization there would break the capture). Replayed twice, with an eager call of the
+        other problem in between, each result matches its own eager run."""
+        q, k, v = (torch.randn(1, 4, 500, 64, dtype=torch.float16, device="cuda", requires_grad=True) for _ in range(3))
+        d_o = torch.randn_like(q)
 
-            def forward(self, x):
-                b, n, _ = x.shape
-                q, k, v = self.qkv(x).view(b, n, 3, 8, 64).permute(2, 0, 3, 1, 4)
-                return la.attention(q, k, v, causal=True).transpose(1, 2).reshape(b, n, 512)
+        def step():
+            outs = []
+            for causal in (True, False):
+                out = la.attention(q, k, v, causal)
+                outs += [out] + list(torch.autograd.grad(out, (q, k, v), d_o))
+            return outs
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # the eager calls of both problems
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = step()
+        for trial in range(2):
+            randomize(q, k, v, d_o)
+            graph.replay()
+            torch.cuda.synchronize()
+            replayed = [t.clone() for t in static]
+            eager = step()  # the slots now last served the non-causal problem
+            for i, (g, e) in enumerate(zip(replayed, eager)):
+                self.assertTrue(bool(torch.isfinite(g).all()), (trial, i))
+                # the same kernels on the same inputs; the backward's dQ sums in atomic order
+                torch.testing.assert_close(g, e, atol=2e-2 if i % 4 else 0, rtol=0 if i % 4 == 0 else 1e-2)
+
+    def test_compile_fullgraph(self):
         torch._dynamo.reset()
-        block = Block()
+        block = Block(torch.bfloat16)
         x = torch.randn(2, 300, 512, dtype=torch.bfloat16, device="cuda")
         eager = block(x)
         eager.float().square().sum().backward()
@@ -199,6 +314,155 @@ class Machinery(Case):
         compiled.float().square().sum().backward()
         torch.testing.assert_close(compiled, eager, atol=3e-2, rtol=3e-2)
         torch.testing.assert_close(block.qkv.weight.grad, eager_grad, atol=0.5, rtol=5e-2)
+
+    def test_compile_reduce_overhead(self):
+        """Inductor's CUDA graphs (mode="reduce-overhead", fullgraph): the block's forward and backward
+        recorded after the warm-up and replayed with new inputs and weights (changed in place), the
+        last replay's output and gradients against the block on SDPA in fp32."""
+        from torch._dynamo.utils import counters
+        for dtype in DTYPES:
+            torch._dynamo.reset()
+            counters.clear()
+            block = Block(dtype)
+            compiled = torch.compile(block, mode="reduce-overhead", fullgraph=True)
+            x = torch.randn(2, 300, 512, dtype=dtype, device="cuda", requires_grad=True)
+            d_y = torch.randn_like(x)
+            weights = (block.qkv.weight, block.qkv.bias)
+            previous, iterations = None, 5
+            with library_calls() as calls:
+                for _ in range(iterations):
+                    randomize(x, d_y, *weights)
+                    x.grad = None
+                    block.zero_grad(set_to_none=True)
+                    torch.compiler.cudagraph_mark_step_begin()
+                    y = compiled(x)
+                    y.backward(d_y)
+                    got = [t.detach().clone() for t in (y, x.grad) + tuple(w.grad for w in weights)]
+                    if previous is not None:  # new inputs: a stale replay would repeat the last values
+                        for name, g, before in zip(("out", "dx", "dW", "db"), got, previous):
+                            self.assertFalse(torch.equal(g, before), "%s %s did not change" % (dtype, name))
+                    previous = got
+            torch.cuda.synchronize()
+            names = [name for name, _ in calls]
+            captured = [name for name, capturing in calls if capturing]
+            print("reduce-overhead %s: %d library calls in %d iterations (%d under capture), %d cudagraph skips"
+                  % (str(dtype)[6:], len(calls), iterations, len(captured), counters["inductor"]["cudagraph_skips"]))
+            self.assertEqual(counters["inductor"]["cudagraph_skips"], 0, "Inductor skipped its CUDA graphs")
+            for entry in ("ladder_attention", "ladder_attention_backward"):
+                self.assertIn(entry, captured, "the %s call was never captured" % entry)
+                self.assertLess(names.count(entry), iterations, "the %s call ran every iteration: no replay" % entry)
+            self.compare("reduce-overhead block B=2 N=300 H=8 D=64 causal", got,
+                         block_fn(lambda q, k, v, causal: attend(q, k, v, causal)),
+                         [x.detach(), *(w.detach() for w in weights)], d_y, "%s + %s" % (
+                             ops.LAST["forward"], ops.LAST["backward"]), names=("out", "dx", "dW", "db"), own_floors=True)
+
+    def test_varlen_cuda_graph_after_one_eager_call(self):
+        """Varlen forward and backward (lengths on the host, cu_seqlens on the device) captured after
+        one eager call, replayed twice with new q, k, v, dO in the captured tensors."""
+        lens = [5, 300, 64, 129]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+        for dtype in DTYPES:
+            q = torch.randn(sum(lens), 8, 64, dtype=dtype, device="cuda", requires_grad=True)
+            k, v = (torch.randn(sum(lens), 2, 64, dtype=dtype, device="cuda", requires_grad=True) for _ in range(2))
+            d_o = torch.randn_like(q)
+
+            def step():
+                out = la.attention(q, k, v, True, cu_seqlens=cu, seqlens=lens)
+                return [out] + list(torch.autograd.grad(out, (q, k, v), d_o))
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step()  # the eager call: workspaces, cuDNN's plan for these lengths
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with library_calls() as calls:
+                with torch.cuda.graph(graph):
+                    static = step()
+            self.assertEqual(sorted(calls), [("ladder_attention_backward_serving", True),
+                                             ("ladder_attention_serving", True)])
+            used = "%s + %s" % (ops.LAST["forward"], ops.LAST["backward"])
+            previous = None
+            for _ in range(2):
+                randomize(q, k, v, d_o)
+                graph.replay()
+                torch.cuda.synchronize()
+                replayed = [t.clone() for t in static]
+                if previous is not None:
+                    for name, g, before in zip(("O", "dQ", "dK", "dV"), replayed, previous):
+                        self.assertFalse(torch.equal(g, before), "%s %s did not change on replay" % (dtype, name))
+                previous = replayed
+            self.compare("varlen graph replay %s H=8 Hkv=2 D=64 causal" % lens, replayed,
+                         lambda q, k, v: by_sequence(lambda *x: attend(*x, True), lens, q, k, v),
+                         [q.detach(), k.detach(), v.detach()], d_o, used)
+
+    def test_first_call_under_capture_is_refused(self):
+        """A problem's first call inside a capture raises a RuntimeError saying what to do (before the
+        library's cudaMalloc could invalidate the capture); after one eager call it captures."""
+        q = torch.randn(1, 2, 123, 64, dtype=torch.float16, device="cuda")  # a shape no other test runs
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad():
+            with self.assertRaises(RuntimeError) as cm:
+                with torch.cuda.graph(graph):
+                    la.attention(q, q, q, True)
+            self.assertIn("never ran eagerly", str(cm.exception))
+            eager = la.attention(q, q, q, True)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static = la.attention(q, q, q, True)
+            graph.replay()
+            torch.cuda.synchronize()
+        self.assertTrue(torch.equal(static, eager))
+
+    def test_compile_fullgraph_varlen(self):
+        """torch.compile(fullgraph=True) with Inductor of varlen forward and backward; new lengths of
+        the same count in the host tensor run without recompiling."""
+        for dtype in DTYPES:
+            torch._dynamo.reset()
+            f = torch.compile(lambda q, k, v, cu, lens: la.attention(q, k, v, True, cu_seqlens=cu, seqlens=lens),
+                              fullgraph=True)
+            for i, lens in enumerate(([5, 300, 64, 129], [250, 17, 128, 103])):
+                cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+                host = torch.tensor(lens, dtype=torch.int32)
+                q = torch.randn(sum(lens), 8, 128, dtype=dtype, device="cuda")
+                k, v = (torch.randn(sum(lens), 2, 128, dtype=dtype, device="cuda") for _ in range(2))
+                with torch.compiler.set_stance("fail_on_recompile") if i else contextlib.nullcontext():
+                    self.check("compiled varlen %s H=8 Hkv=2 D=128 causal" % lens,
+                               lambda q, k, v: f(q, k, v, cu, host),
+                               lambda q, k, v: by_sequence(lambda *x: attend(*x, True), lens, q, k, v), [q, k, v])
+
+    def test_compile_reduce_overhead_varlen(self):
+        """mode="reduce-overhead" of varlen forward and backward, the lengths (a host tensor) changed
+        between calls, their count and total kept: whether or not Inductor puts the op in a CUDA
+        graph, each call's values must be its own lengths' (a graph that froze the first lengths
+        fails here)."""
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        f = torch.compile(lambda q, k, v, cu, lens: la.attention(q, k, v, True, cu_seqlens=cu, seqlens=lens),
+                          mode="reduce-overhead", fullgraph=True)
+        # warm-up, recording, replay, then new lengths (chosen so that kernels frozen on the first ones
+        # would still read and write inside the tensors: a wrong value, never an illegal address)
+        sets = ([5, 300, 64, 129], [5, 300, 64, 129], [5, 300, 64, 129], [100, 17, 252, 129], [150, 40, 179, 129])
+        q = torch.randn(sum(sets[0]), 8, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+        k, v = (torch.randn(sum(sets[0]), 2, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+                for _ in range(2))
+        d_o = torch.randn_like(q)
+        cu = torch.empty(len(sets[0]) + 1, dtype=torch.int32, device="cuda")
+        host = torch.empty(len(sets[0]), dtype=torch.int32)
+        with library_calls() as calls:
+            for lens in sets:
+                randomize(q, k, v, d_o)
+                cu.copy_(torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32))
+                host.copy_(torch.tensor(lens, dtype=torch.int32))
+                torch.compiler.cudagraph_mark_step_begin()
+                out = f(q, k, v, cu, host)
+                got = [out.detach().clone()] + [t.clone() for t in torch.autograd.grad(out, (q, k, v), d_o)]
+                self.compare("reduce-overhead varlen %s H=8 Hkv=2 D=64 causal" % lens, got,
+                             lambda q, k, v: by_sequence(lambda *x: attend(*x, True), lens, q, k, v),
+                             [q.detach(), k.detach(), v.detach()], d_o, "%s + %s" % (
+                                 ops.LAST["forward"], ops.LAST["backward"]))
+        print("reduce-overhead varlen: %d library calls in %d iterations (%d under capture), %d cudagraph skips"
+              % (len(calls), len(sets), sum(c for _, c in calls), counters["inductor"]["cudagraph_skips"]))
 
     def test_what_no_variant_serves(self):
         q = torch.randn(1, 2, 64, 128, dtype=torch.float16, device="cuda")

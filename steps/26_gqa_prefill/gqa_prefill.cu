@@ -23,6 +23,9 @@
 //   * head_major (the ablation): no mask, step 21's row walk — a whole head's query blocks before
 //     the next head, so a group's other heads read the same K/V one head later, from L2 if it
 //     still holds them (a K/V head is 2·N·D·2 bytes: 4 MiB at N = 8192, D = 128).
+//
+// As steps 33 and 34 do, the epilogue writes each row's log-sum-exp when it is asked for (a
+// non-null lse, [B·Hq][N]): a training step's backward (step 37) recomputes P from it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_o,
                       const __grid_constant__ typename Scheduler::Params schedule, int n,
-                      int group, float scale_log2) {
+                      int group, float scale_log2, float* lse) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -236,6 +239,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows (null when no one asked: inference).
+    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
     // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
     // thread's TMA store, then q_empty. At 160 registers the staging base and row pass through
     // opaque copies, as issue_s's Q base does, or ptxas hoists the 16 staging addresses out of
@@ -256,7 +261,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   hopper::launch_dense<Scheduler, T, true>(persistent_kernel<Scheduler, T, kCausal>, "persistent_kernel", args, stream,
-                                           args.shape.seqlen, args.shape.group(), args.softmax_scale * ladder::kLog2e);
+                                           args.shape.seqlen, args.shape.group(), args.softmax_scale * ladder::kLog2e,
+                                           args.lse);
 }
 
 // Causal: step 21's snake for both variants; the variants differ in the unmasked walk.
@@ -299,6 +305,7 @@ ladder::Variant variant(const char* name, const char* schedule, const char* desc
                         std::optional<std::string> (*duplicate)(const ladder::AttentionShape&)) {
   return ladder::attention_variant(name, description, launch<Scheduler>)
       .needs_sm(90)
+      .with_lse()
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .serves({ladder::Feature::Gqa})

@@ -23,6 +23,9 @@
 // Causal is per sequence and aligned to the end (shape.last_key); with Nq_b = Nk_b, which this
 // step requires (fewer queries than keys is decode, step 28), that is step 26's diagonal in the
 // sequence's own coordinates.
+//
+// The epilogue writes each row's log-sum-exp when it is asked for (a non-null lse), in the packed
+// layout's [H][total_q] (shape.lse_index), for the varlen backward (step 38).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_o,
                       const __grid_constant__ typename Scheduler::Params schedule,
                       typename T::Element* o, const int* cu_q, const int* cu_k, int group,
-                      float scale_log2) {
+                      float scale_log2, float* lse, int total_q) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -241,6 +244,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows of the sequence ([H][total_q]; null: inference).
+    if (lse != nullptr)
+      hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.head) * total_q + seq.q_row, row0,
+                        seq.n_q, t);
     // Epilogue: O / l into this warpgroup's own 64 rows of the Q buffer (its last S product,
     // the only reader of those rows, has completed), fenced into the async proxy, then one
     // thread stores them with the copy engine once the warpgroup's writes are all done.
@@ -280,7 +287,8 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   if (plan.n_tiles == 0) return;  // no queries: nothing to write
   const int grid = std::min(plan.n_tiles, args.sm_count);
   hopper::launch_persistent<T>(kernel, "persistent_kernel", grid, hopper::varlen_maps<T>(args), plan, stream, a.o,
-                               args.cu_seqlens_q, args.cu_seqlens_k, sh.group(), args.softmax_scale * ladder::kLog2e);
+                               args.cu_seqlens_q, args.cu_seqlens_k, sh.group(), args.softmax_scale * ladder::kLog2e,
+                               args.lse, int(sh.total_q()));
 }
 
 template <bool kLongestFirst, class Element>
@@ -329,6 +337,7 @@ template <bool kLongestFirst>
 ladder::Variant variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kLongestFirst>)
       .needs_sm(90)
+      .with_lse()
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .serves({ladder::Feature::Gqa, ladder::Feature::Varlen})

@@ -14,7 +14,9 @@
 // 32-bit add on the low word. CUTLASS's descriptor iterator and FlashAttention-3/4 work this way.
 //
 // Everything else is step 21's kernel: the snake over the causal tile list, the row walk without
-// a mask, the ping-pong, the 3-stage ring, the TMA store epilogue.
+// a mask, the ping-pong, the 3-stage ring, the TMA store epilogue. One thing is added, for the
+// backward (Part V) that a training step runs after this forward: the epilogue also writes each
+// row's log-sum-exp when it is asked for (a non-null lse), one float a row beside O's 2·D bytes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_o,
                       const __grid_constant__ typename Scheduler::Params schedule, int n,
-                      float scale_log2) {
+                      float scale_log2, float* lse) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -209,6 +211,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows ([B·H][N]; null when no one asked: inference).
+    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
     // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
     // thread's TMA store, then q_empty.
     hopper::store_o_tile<T>(st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread, sp.q_start, w.bh);
@@ -226,7 +230,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   hopper::launch_dense<Scheduler, T>(desc_iterators_kernel<Scheduler, T, kCausal>, "desc_iterators_kernel", args,
-                                     stream, args.shape.seqlen, args.softmax_scale * ladder::kLog2e);
+                                     stream, args.shape.seqlen, args.softmax_scale * ladder::kLog2e, args.lse);
 }
 
 // The snake over the causal tile list (step 21's main); the row walk without a mask.
@@ -264,6 +268,7 @@ LADDER_REGISTER_STEP(
     ladder::attention_step(33, "desc_iterators", "Descriptors built once: each wgmma operand one add from a base", "21/snake")
         .add(ladder::attention_variant("iterators", "21/snake with the Q, K and V descriptors built once per CTA and advanced by byte offsets (one uniform add per wgmma operand)", launch)
                  .needs_sm(90)
+                 .with_lse()
                  .for_head_dims({64, 128})
                  .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
                  .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })

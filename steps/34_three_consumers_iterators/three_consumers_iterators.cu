@@ -7,7 +7,8 @@
 // gemm.cuh). At 160 registers a consumer, the opaque copy of Q's base (step 22) stays: it is now a
 // copy of the descriptor.
 //
-// Everything else is step 22's kernel.
+// Everything else is step 22's kernel, and, as in step 33, the epilogue writes each row's
+// log-sum-exp for the backward when it is asked for (a non-null lse).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_o,
                       const __grid_constant__ typename Scheduler::Params schedule, int n,
-                      float scale_log2) {
+                      float scale_log2, float* lse) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -218,6 +219,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows ([B·H][N]; null when no one asked: inference).
+    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
     // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
     // thread's TMA store, then q_empty. `true`: the staging base and row pass through opaque
     // copies, as issue_s's Q descriptor does, or ptxas hoists the 16 staging addresses out of the
@@ -238,7 +241,7 @@ template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   hopper::launch_dense<Scheduler, T>(three_consumers_iterators_kernel<Scheduler, T, kCausal>,
                                      "three_consumers_iterators_kernel", args, stream, args.shape.seqlen,
-                                     args.softmax_scale * ladder::kLog2e);
+                                     args.softmax_scale * ladder::kLog2e, args.lse);
 }
 
 template <int kStages, class Element>
@@ -276,6 +279,7 @@ template <int kStages>
 ladder::Variant variant(const char* name, const char* description) {
   return ladder::attention_variant(name, description, launch<kStages>)
       .needs_sm(90)
+      .with_lse()
       .for_head_dims({64, 128})
       .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
       .refuse_if([](const ladder::AttentionShape& s) -> std::optional<std::string> {

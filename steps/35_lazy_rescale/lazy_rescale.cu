@@ -7,7 +7,7 @@
 // exceeds it by more than 2^8 (online_softmax_lazy, attention.cuh; the rule and why it is exact in
 // common/lazy_rescale.hpp), and O is rescaled only when some row of the warp moved.
 //
-// Everything else is step 33's kernel.
+// Everything else is step 33's kernel, its log-sum-exp store included.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
                       const __grid_constant__ CUtensorMap tm_v,
                       const __grid_constant__ CUtensorMap tm_o,
                       const __grid_constant__ typename Scheduler::Params schedule, int n,
-                      float scale_log2) {
+                      float scale_log2, float* lse) {
 #if LADDER_SM90A
   using Element = typename T::Element;
   extern __shared__ unsigned char smem_raw[];
@@ -206,6 +206,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows ([B·H][N]; null when no one asked: inference).
+    // Exact under the lazy rule too: l is summed against the row's reference max, whatever it is.
+    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
     // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
     // thread's TMA store, then q_empty.
     hopper::store_o_tile<T>(st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread, sp.q_start, w.bh);
@@ -223,7 +226,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 template <class Scheduler, class T, bool kCausal>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   hopper::launch_dense<Scheduler, T>(lazy_rescale_kernel<Scheduler, T, kCausal>, "lazy_rescale_kernel", args,
-                                     stream, args.shape.seqlen, args.softmax_scale * ladder::kLog2e);
+                                     stream, args.shape.seqlen, args.softmax_scale * ladder::kLog2e, args.lse);
 }
 
 // The snake over the causal tile list (step 21's main); the row walk without a mask.
@@ -261,6 +264,7 @@ LADDER_REGISTER_STEP(
     ladder::attention_step(35, "lazy_rescale", "Step 32's lazy rescale in step 33's kernel: O rescaled only when a row's max moves past 2^8", "33/iterators")
         .add(ladder::attention_variant("lazy_top", "33/iterators with the row max raised only past 2^8 and O's rescale skipped when no row of the warp moved", launch)
                  .needs_sm(90)
+                 .with_lse()
                  .for_head_dims({64, 128})
                  .for_dtypes({ladder::DType::F16, ladder::DType::BF16})
                  .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })

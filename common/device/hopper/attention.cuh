@@ -149,6 +149,24 @@ __device__ __forceinline__ void finalize_rows(float (&o)[kHeadDim / 2], const fl
   }
 }
 
+// The log-sum-exp the backward recomputes P from (registry.hpp: the natural log of the row's sum
+// of exp(S / sqrt(D))): ln l + m · scale, or, with the base-2 scale the softmax already holds,
+// ln 2 · (log2 l + m · scale_log2). `lse_rows` is row 0 of the tile's head (and sequence) in the LSE
+// tensor; one lane of each quad (the four hold the same l once it is summed) writes this thread's
+// rows row0, row0 + 8 below n_rows. Call it before finalize_rows, on the per-thread sums. A row
+// that saw no key (l == 0, impossible in self-attention) gets +inf, as step 06 writes: its P is 0.
+__device__ __forceinline__ void store_lse(const float (&row_max)[2], const float (&row_sum)[2], float scale_log2,
+                                          float* lse_rows, int row0, int n_rows, int t) {
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = frag::quad_sum(row_sum[h]);
+    const int row = row0 + 8 * h;
+    if (t == 0 && row < n_rows)
+      lse_rows[row] = (l > 0.f) ? kLn2 * fmaf(row_max[h], scale_log2, log2f(l)) : INFINITY;
+  }
+}
+
 // `row_stride`: elements from one row to the next (Part VI's packed layout [tokens, H, D]: H·D).
 template <int kHeadDim, class Element>
 __device__ __forceinline__ void store_o_rows(const float (&o)[kHeadDim / 2], Element* o_head, int row0,
