@@ -20,13 +20,15 @@
   scripts/figures_part7_three_iterators.py  part7-three-iterators (chapter 34; measured)
   scripts/figures_part7_paged.py    part7-paged-cost (chapter 43; measured)
   scripts/figures_part7_specdec.py  part7-specdec-rows (chapter 44; a schematic)
+  scripts/figures_capstone.py  capstone-op-path (the capstone, the PyTorch operator; a schematic)
   scripts/figures_course.py    course-path.png (the course's map)
 
 Each script's docstring lists its images and says which are schematic and which measured; what
 they share (matplotlib's set-up, reading a constant out of a C++ source, box, arrow, save, --out)
 is scripts/figlib.py. The other images of docs/img/ come from the scripts that produce their data:
 scripts/plot (ladder-*.png, roofline.png, part4-peers.png), scripts/fp16_accum_model.py
-(part6-fp16-accum-*.png) and scripts/fit_exp2_poly.py (part7-exp2-poly.png).
+(part6-fp16-accum-*.png), scripts/fit_exp2_poly.py (part7-exp2-poly.png) and
+scripts/plot_training.py (capstone-train-gpt.png, from examples/train_gpt.py's JSON).
 """
 import pathlib
 import subprocess
@@ -38,7 +40,7 @@ SCRIPTS = ["figures_part1_2.py", "figures_part3.py", "figures_part4.py", "figure
            "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_part7_serving.py",
            "figures_part7_order.py", "figures_part7_writer.py", "figures_part7_decode.py", "figures_part7_decode_sizes.py",
            "figures_part7_three_iterators.py", "figures_part7_paged.py", "figures_part7_specdec.py",
-           "figures_course.py"]
+           "figures_capstone.py", "figures_course.py"]
 
 
 def main():
