@@ -380,8 +380,6 @@ def check(a, device):
                  f"take CUDA tensors only. On {device.type}, use --attention sdpa.")
     if a.width // a.heads not in (64, 128):
         sys.exit(f"error: head dimension {a.width // a.heads} (--width / --heads): the ladder serves 64 and 128")
-    if a.dtype == "bf16":
-        print("note: with bf16 the package trains with cuDNN's forward (python/README.md); fp16 runs the ladder's")
     sys.path.append(str(REPO / "python"))  # where a source checkout has it (an installed package comes first)
     import ladder_attention
     try:

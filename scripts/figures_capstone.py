@@ -9,7 +9,10 @@
                         libladder_capi.so through ctypes until a variant does not refuse. Under
                         autograd the saved out and lse go to ladder::attention_bwd, which takes
                         the same path through the backward table. The rows drawn for the dense
-                        problem are read from python/ladder_attention/dispatch.py, and the names
+                        problem are read from python/ladder_attention/dispatch.py, those that write
+                        the log-sum-exp marked "(lse)" (34/three_iterators and 33/iterators among
+                        them); the library's box says that a workspace is kept per (variant, size)
+                        and zeroed on the call's stream. The names
                         of the registrations and entry points are checked in the package's and
                         the library's sources, so the figure cannot drift from the code.
 
@@ -53,11 +56,14 @@ def check_sources():
                  "ladder_attention_backward_serving"):
         source_text(CAPI, f'extern "C" int {name}(', f"the entry point {name}")
     source_text(CAPI, "auto& slot = workspaces()[{std::string(id), bytes}];", "the workspace kept per variant and size")
+    source_text(CAPI, "slot.problem != problem || capture != cudaStreamCaptureStatusNone",
+                "the workspace zeroed for another problem and under capture")
+    source_text(CAPI, "slot.buffer->fill_bytes(0, stream);", "the workspace zeroed on the call's stream")
     source_text(CAPI, 'throw CallError{std::string(id) + " does not run "', "the refusal message")
 
 
-def ids(rows, marks=None):
-    """'a, b (lse), c' for a table row list; marks: the ids to mark as writing the LSE."""
+def ids(rows, marks=False):
+    """'a, b (lse), c' for a table row list; marks: mark the rows that write the LSE "(lse)"."""
     return ", ".join(r.id + (" (lse)" if marks and r.lse else "") for r in rows)
 
 
@@ -88,7 +94,7 @@ def draw(out):
     ax.text(L + 1.42, 5.85, "FakeTensor, meta tensors,\ntorch.compile, opcheck", ha="center", va="top",
             fontsize=fs - 0.4, style="italic")
     box(ax, L + 1.4, 4.25, W - 1.4, 1.25, BLUE, "dispatch.py  FORWARD[\"dense\"], best first:\n"
-        f"{ids(fwd[:3])},\n{ids(fwd[3:], marks=True)}\n"
+        f"{ids(fwd[:3], marks=True)},\n{ids(fwd[3:], marks=True)}\n"
         "need_lse keeps only the (lse) rows", fontsize=fs, alpha=0.3)
     box(ax, L + 1.4, 2.95, W - 1.4, 0.85, BLUE, "_lib.call (ctypes, RTLD_LOCAL)\n"
         "ladder_attention(id, B, H, N, D, causal, bf16, q, k, v, o, lse, stream, error)",
@@ -107,8 +113,9 @@ def draw(out):
     # The library and the kernel, under both columns.
     box(ax, L + 1.4, 1.35, 12.3 - L - 1.4, 1.05, GREEN, "libladder_capi.so   common/apps/capi.cpp\n"
         "find the variant; validate the shape; the variant's refusal (\"… does not run …\") on this GPU;\n"
-        "its workspace, allocated on its first call and kept per (variant, size);  every exception "
-        "becomes 1 and a message", fontsize=fs, alpha=0.35)
+        "its workspace, allocated on its first call and kept per (variant, size), zeroed on the call's stream\n"
+        "(cudaMemsetAsync) when another problem takes it over, and on every call under capture;\n"
+        "every exception becomes 1 and a message", fontsize=fs, alpha=0.35)
     box(ax, L + 1.4, -0.25, 12.3 - L - 1.4, 0.95, GREY, "a step's launch: the registered variant's kernel on the "
         "stream it was given\n(steps/NN_*/*.cu: the same code the chapters time)", fontsize=fs, alpha=0.3)
 

@@ -34,8 +34,8 @@
 // writes it where its variant does, and may be given null otherwise; the backward reads it);
 // stream: a cudaStream_t. The backward takes the forward's O and lse and writes dQ, dK, dV.
 // Returns 0, or 1 with a message in `error` (an unknown id, a shape the variant refuses on this
-// GPU, a CUDA failure). Workspaces are allocated on a variant's first call for a shape and kept,
-// so the calls that a CUDA graph captures allocate nothing.
+// GPU, a CUDA failure). Workspaces are allocated on a variant's first call needing that size and
+// kept per (variant, size), so the calls that a CUDA graph captures allocate nothing.
 //
 // ladder_attention_serving is the same call for Part VI's problems (common/problem.hpp gives each
 // layout): kv_heads K/V heads (0: heads; GQA when fewer), kv_seqlen keys per sequence (0: seqlen;

@@ -64,10 +64,12 @@ def _run(what, key, candidates, call, capturing):
     """_run_first outside a CUDA-graph capture (recording in WARM which variant served `key`); under
     capture (`capturing`), the variant an eager call of `key` ran, or a RuntimeError if none did.
 
-    The library's first call of a variant for a problem is not capturable: it allocates the
-    variant's workspace (cudaMalloc), zeroes it (cudaMemset and a device synchronization), and the
-    cuDNN peers build their plans and buffers -- calls that invalidate a capture, and a cuDNN build
-    that fails there stays failed for the process. The refused rows before the one that ran are
+    The library's first call of a variant for a problem is not capturable where the variant has a
+    workspace (the decode steps, 21/dynamic) or is a cuDNN peer: it allocates the workspace
+    (cudaMalloc) and cuDNN builds its plan and buffers -- calls that invalidate a capture, and a
+    cuDNN build that fails there stays failed for the process. (Zeroing a workspace is a
+    cudaMemsetAsync on the call's stream, which a capture holds.) The rule is the same for every
+    variant, so a model's capture does not depend on which row served it. The refused rows before the one that ran are
     skipped too (a refusal depends only on the problem and the GPU)."""
     if not capturing:
         WARM[key] = vid = _run_first(what, candidates, call)
@@ -75,9 +77,9 @@ def _run(what, key, candidates, call, capturing):
     vid = WARM.get(key)
     if vid is None:
         raise RuntimeError(
-            "%s is called during CUDA-graph capture but never ran eagerly: the library allocates and zeroes "
-            "a variant's workspace (cudaMalloc, cudaMemset, a device sync) and cuDNN builds its plan on the "
-            "first call of a problem, which a capture cannot hold. Run one eager call of exactly this call "
+            "%s is called during CUDA-graph capture but never ran eagerly: the library allocates a "
+            "variant's workspace (cudaMalloc) and cuDNN builds its plan on the first call of a problem, "
+            "which a capture cannot hold. Run one eager call of exactly this call "
             "first (the same shapes, dtype, causal, gradient need, variant, and for varlen the same lengths; "
             "forward and backward), e.g. on a side stream before torch.cuda.graph; torch.compile's "
             "mode='reduce-overhead' does it in its warm-up run" % what)

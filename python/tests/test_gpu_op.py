@@ -269,38 +269,41 @@ class Machinery(Case):
             for g, r, lo in zip(replayed[1:], ref[1:], low[1:]):
                 self.assertLessEqual(float((g.float() - r).abs().max()), 2 * float((lo.float() - r).abs().max()) + floor)
 
-    def test_cuda_graph_of_two_problems_sharing_workspaces(self):
-        """Causal and not, same shapes: each variant's workspace is one slot of the same size for both
-        problems, so each call in the graph re-zeroes it (in stream order: a cudaMemset with a device
-        synchronization there would break the capture). Replayed twice, with an eager call of the
-        other problem in between, each result matches its own eager run."""
-        q, k, v = (torch.randn(1, 4, 500, 64, dtype=torch.float16, device="cuda", requires_grad=True) for _ in range(3))
-        d_o = torch.randn_like(q)
+    def test_cuda_graph_of_two_problems_sharing_a_workspace(self):
+        """Decode (a split-KV variant, whose partials and counters live in its workspace), causal and
+        not at one query token: the same bytes, two problems, so one slot, re-zeroed on each call in
+        the graph (in stream order: a cudaMemset with a device synchronization there would break the
+        capture). Replayed twice, with eager calls of both problems in between, each result matches
+        its own eager run."""
+        q = torch.randn(2, 8, 1, 128, dtype=torch.float16, device="cuda")
+        k, v = (torch.randn(2, 2, 4097, 128, dtype=torch.float16, device="cuda") for _ in range(2))
 
         def step():
-            outs = []
-            for causal in (True, False):
-                out = la.attention(q, k, v, causal)
-                outs += [out] + list(torch.autograd.grad(out, (q, k, v), d_o))
+            outs = [la.attention(q, k, v, causal) for causal in (True, False)]
+            used.append(ops.LAST["forward"])
             return outs
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()  # the eager calls of both problems
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static = step()
-        for trial in range(2):
-            randomize(q, k, v, d_o)
-            graph.replay()
-            torch.cuda.synchronize()
-            replayed = [t.clone() for t in static]
-            eager = step()  # the slots now last served the non-causal problem
-            for i, (g, e) in enumerate(zip(replayed, eager)):
-                self.assertTrue(bool(torch.isfinite(g).all()), (trial, i))
-                # the same kernels on the same inputs; the backward's dQ sums in atomic order
-                torch.testing.assert_close(g, e, atol=2e-2 if i % 4 else 0, rtol=0 if i % 4 == 0 else 1e-2)
+        used = []
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step()  # the eager calls of both problems: the slot now last served the second
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static = step()
+            for trial in range(2):
+                randomize(q, k, v)
+                graph.replay()
+                torch.cuda.synchronize()
+                replayed = [t.clone() for t in static]
+                eager = step()
+                for i, (g, e) in enumerate(zip(replayed, eager)):
+                    self.assertTrue(bool(torch.isfinite(g).all()), (trial, i))
+                    # the same kernel on the same inputs (a stale counter or partial is far off, or NaN)
+                    torch.testing.assert_close(g, e, atol=2e-3, rtol=0)
+        print("two problems in one graph: served by %s" % sorted(set(used)))
+        self.assertTrue(all(u.split("/")[0] in ("28", "41", "42", "44") for u in used), used)  # a variant with a workspace
 
     def test_compile_fullgraph(self):
         torch._dynamo.reset()

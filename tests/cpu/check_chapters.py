@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every chapter docs/NN_*.md keeps the course's form (a CPU test, docs_chapters_form):
+"""Every chapter docs/NN_*.md, and the capstone docs/capstone*.md, keeps the course's form (a CPU
+test, docs_chapters_form):
 
   - its first section (## heading) is "Predict first", with 2 to 4 numbered questions;
   - it has an "Answers" section with one numbered answer per question, after the body;
@@ -12,12 +13,15 @@
     a part's first (16, 23), a link to its step's diff under docs/diffs/ (which must exist once the
     chapter's own step directory, steps/NN_x/ for docs/NN_x.md, does: a chapter written ahead of
     its step's code is allowed);
+  - the capstone is held to all of this as a chapter after Part VII (a Verdict section, a figure of
+    its own, listed in docs/README.md) but links no diff: it has no step;
   - every relative link of every docs/*.md and docs/results/notes/*.md points at a file inside
     the repository that exists (anchors are not checked); docs/README.md lists every chapter.
 
-A lesson's visible prose (every chapter, every part introduction docs/part*.md, docs/START.md)
-speaks to the learner, not about the team's work; so does the rest of a learner's path (README.md,
-docs/README.md, labs/README.md, every steps/*/README.md and labs/*/README.md). It must not contain:
+A lesson's visible prose (every chapter and the capstone, every part introduction docs/part*.md,
+docs/START.md) speaks to the learner, not about the team's work; so does the rest of a learner's
+path (README.md, docs/README.md, labs/README.md, every steps/*/README.md and labs/*/README.md). It
+must not contain:
 
   - a measurement round: "round N", "rounds N–M", "round-N", "round N of …" (N a number or a
     number word one … ten), any case; "rounded", "round-robin", "round trip", "round up" are fine;
@@ -251,15 +255,17 @@ def check(path, root=None):
     elif not re.search(r"^(\d+\.|-) ", secs[-1][1], re.MULTILINE):
         problems.append("'Exercises' has no items")
     if root is not None:
-        number = int(path.name[:2])
-        if number >= PART4_FIRST:
+        if not path.name[:2].isdigit():  # the capstone: a verdict, and no step whose diff to link
+            if "Verdict" not in names:
+                problems.append("no '## Verdict' section")
+        elif int(path.name[:2]) >= PART4_FIRST:
             problems += check_part4(path, root)
     return problems
 
 
 def main():
     docs = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2] / "docs")
-    chapters = sorted(docs.glob("[0-9][0-9]_*.md"))
+    chapters = sorted(docs.glob("[0-9][0-9]_*.md")) + sorted(docs.glob("capstone*.md"))
     if not chapters:
         print(f"no chapters in {docs}")
         return 1
@@ -292,7 +298,7 @@ def main():
             report(path.name, f"the link {link} points at no file of the repository")
     index = docs / "README.md"
     if index.exists():
-        listed = set(re.findall(r"\]\((\d\d_[a-z0-9_]+\.md)\)", index.read_text()))
+        listed = set(re.findall(r"\]\(((?:\d\d_|capstone)[a-z0-9_]*\.md)\)", index.read_text()))
         for path in chapters:
             if path.name not in listed:
                 report("README.md", f"chapter {path.name} is not listed")
