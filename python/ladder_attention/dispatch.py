@@ -17,8 +17,8 @@ Problems (`kind_of` in checks.py):
 
 Not every forward writes the log-sum-exp the backward needs: of the Hopper prefill steps only the
 ones the tables put first (33, 34, 26, 27) and step 35 do (their epilogues write it when asked),
-not 16-22, 31 or 32. So a forward whose result needs a gradient runs the best row with lse=True, and one
-under torch.no_grad() the best row of all (on the H200 the same kernel). Rows with peer=True are
+not 16-22, 31 or 32. So a forward whose result needs a gradient runs the best row with lse=True,
+and one under torch.no_grad() the best row of all (on the H200 the same kernel). Rows with peer=True are
 the libraries the ladder is measured against (cuDNN), last in each list: they run where no step of
 the ladder serves the problem."""
 import collections
@@ -38,8 +38,8 @@ CUDNN = row("99/cudnn", AMPERE_UP, peer=True)
 CUDNN_LSE = row("99/cudnn_lse", AMPERE_UP, lse=True, peer=True)
 
 FORWARD = {
-    "dense": [row("34/three_iterators", HOPPER, dims=D64, lse=True),  # D = 64 top (step 22's tile, step 33's descriptors)
-              row("33/iterators", HOPPER, lse=True),         # D = 128 top
+    "dense": [row("34/three_iterators", HOPPER, dims=D64, lse=True),  # D = 64 top (22's tile, 33's descriptors)
+              row("33/iterators", HOPPER, lse=True),                   # D = 128 top
               row("21/snake", HOPPER),
               row("06/h200", AMPERE_UP, dtypes=("fp16",), lse=True),
               CUDNN, CUDNN_LSE],
@@ -66,7 +66,8 @@ DETERMINISTIC_BACKWARD = {
 WRITES_LSE = {"06/lse", "06/bc128", "06/bc128_s64", "06/h200", "06/d128_lean", "06/d128_s64_unroll2",
               "06/d128_s64", "26/group_order", "26/head_major", "27/longest_first", "27/in_order",
               "28/one_cta_per_head", "28/split_kv", "29/split_kv", "33/iterators", "34/three_iterators",
-              "35/lazy_top", "41/last_cta_merge", "42/cta_merge", "43/cta_merge", "44/row_tiles", "99/cudnn_lse"}
+              "35/lazy_top", "41/last_cta_merge", "42/cta_merge", "43/cta_merge", "44/row_tiles",
+              "99/cudnn_lse"}
 
 
 def _fits(r, sm, dtype, head_dim, need_lse):

@@ -69,8 +69,8 @@ def _run(what, key, candidates, call, capturing):
     (cudaMalloc) and cuDNN builds its plan and buffers -- calls that invalidate a capture, and a
     cuDNN build that fails there stays failed for the process. (Zeroing a workspace is a
     cudaMemsetAsync on the call's stream, which a capture holds.) The rule is the same for every
-    variant, so a model's capture does not depend on which row served it. The refused rows before the one that ran are
-    skipped too (a refusal depends only on the problem and the GPU)."""
+    variant, so a model's capture does not depend on which row served it. The refused rows before
+    the one that ran are skipped too (a refusal depends only on the problem and the GPU)."""
     if not capturing:
         WARM[key] = vid = _run_first(what, candidates, call)
         return vid
@@ -79,8 +79,7 @@ def _run(what, key, candidates, call, capturing):
         raise RuntimeError(
             "%s is called during CUDA-graph capture but never ran eagerly: the library allocates a "
             "variant's workspace (cudaMalloc) and cuDNN builds its plan on the first call of a problem, "
-            "which a capture cannot hold. Run one eager call of exactly this call "
-            "first (the same shapes, dtype, causal, gradient need, variant, and for varlen the same lengths; "
+            "which a capture cannot hold. Run one eager call of exactly this call first (the same shapes, dtype, causal, gradient need, variant, and for varlen the same lengths; "
             "forward and backward), e.g. on a side stream before torch.cuda.graph; torch.compile's "
             "mode='reduce-overhead' does it in its warm-up run" % what)
     return _run_first(what, [vid], call)
