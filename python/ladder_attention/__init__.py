@@ -10,7 +10,7 @@ import torch  # noqa: F401  (before the library is ever opened: _lib.py says why
 from . import dispatch
 from ._lib import LadderError, LibraryNotFound, library, library_path
 from .api import attention
-from .ops import UnsupportedError, attention_bwd, attention_fwd
+from .ops import UnsupportedError, attention_bwd, attention_fwd, attention_varlen_bwd, attention_varlen_fwd
 
 __all__ = ["attention", "attention_fwd", "attention_bwd", "dispatch", "library", "library_path",
            "LadderError", "LibraryNotFound", "UnsupportedError"]

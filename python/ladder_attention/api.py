@@ -2,7 +2,7 @@
 import torch
 
 from . import checks, dispatch
-from .ops import attention_fwd
+from .ops import attention_fwd, attention_varlen_fwd
 
 
 def _host_lengths(cu_seqlens, seqlens, max_seqlen):
@@ -65,6 +65,7 @@ def attention(q, k, v, causal=False, *, variant=None, backward_variant=None, cu_
                                   "torch.no_grad() or on tensors that need no gradient"
                                   % ("a paged cache" if p.layout == "paged" else "decode shapes"))
     dispatch.check_named(variant, need_grad or return_lse)
-    out, lse = attention_fwd(q, k, v, causal, variant or "", backward_variant or "", need_grad or return_lse,
-                             cu_seqlens, seqlens, block_table, kv_seqlen or 0)
+    op = attention_fwd if cu_seqlens is None else attention_varlen_fwd
+    out, lse = op(q, k, v, causal, variant or "", backward_variant or "", need_grad or return_lse, cu_seqlens,
+                  seqlens, block_table, kv_seqlen or 0)
     return (out, lse) if return_lse else out

@@ -1,7 +1,9 @@
 """The PyTorch operators: ladder::attention_fwd (out, lse) and ladder::attention_bwd (dq, dk, dv),
 torch.library custom ops with fake kernels (shapes and dtypes only: torch.compile, FakeTensor
 and meta tensors need no library and no GPU) and autograd (the forward's inputs, output and
-log-sum-exp saved; the backward runs attention_bwd).
+log-sum-exp saved; the backward runs attention_bwd). ladder::attention_varlen_fwd and
+ladder::attention_varlen_bwd are the same two under the tag that keeps them out of Inductor's
+CUDA graphs (_HOST_READ): a varlen call reads its lengths on the host.
 
 Both take a variant id ("" = the dispatch table's best for the problem, dispatch.py) and run on
 PyTorch's current stream of the tensors' device. The library keeps a workspace per variant and
@@ -23,6 +25,10 @@ LAST = {"forward": None, "backward": None}
 # Inductor hands the ops contiguous tensors (the library's layout); older PyTorch: a fixed order.
 _TAGS = tuple(getattr(torch.Tag, t) for t in ("needs_contiguous_strides",) if hasattr(torch.Tag, t)) or (
     torch.Tag.needs_fixed_stride_order,)
+# A varlen call reads its lengths from a host tensor when it runs (they size the grid and the work
+# list), so a CUDA graph recorded by Inductor would replay the first call's lengths for every later
+# one. The varlen ops carry this tag: Inductor's mode="reduce-overhead" runs them between its graphs.
+_HOST_READ = tuple(getattr(torch.Tag, t) for t in ("cudagraph_unsafe",) if hasattr(torch.Tag, t))
 
 
 class UnsupportedError(RuntimeError):
@@ -85,8 +91,7 @@ def _run(what, key, candidates, call, capturing):
     return _run_first(what, [vid], call)
 
 
-@torch.library.custom_op("ladder::attention_fwd", mutates_args=(), tags=_TAGS)
-def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str = "",
+def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str = "",
                   backward_variant: str = "", need_lse: bool = True, cu_seqlens: Optional[Tensor] = None,
                   seqlens: Optional[Tensor] = None, block_table: Optional[Tensor] = None,
                   kv_seqlen: int = 0) -> Tuple[Tensor, Tensor]:
@@ -127,15 +132,22 @@ def attention_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant
     return out, lse
 
 
-@attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, causal=False, variant="", backward_variant="", need_lse=True, cu_seqlens=None,
+def _forward_fake(q, k, v, causal=False, variant="", backward_variant="", need_lse=True, cu_seqlens=None,
                         seqlens=None, block_table=None, kv_seqlen=0):
     p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, block_table, kv_seqlen, allow_meta=True)
     return q.new_empty(q.shape), q.new_empty(checks.lse_shape(p, q), dtype=torch.float32)
 
 
-@torch.library.custom_op("ladder::attention_bwd", mutates_args=(), tags=_TAGS)
-def attention_bwd(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool = False,
+# The operator, and the same one under a second name with _HOST_READ for varlen (api.py picks it when
+# cu_seqlens is given); the schema is read off _forward's type hints.
+attention_fwd = torch.library.custom_op("ladder::attention_fwd", _forward, mutates_args=(), tags=_TAGS)
+attention_varlen_fwd = torch.library.custom_op("ladder::attention_varlen_fwd", _forward, mutates_args=(),
+                                               tags=_TAGS + _HOST_READ)
+for _op in (attention_fwd, attention_varlen_fwd):
+    _op.register_fake(_forward_fake)
+
+
+def _gradients(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool = False,
                   variant: str = "", cu_seqlens: Optional[Tensor] = None,
                   seqlens: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """dQ, dK, dV of self-attention (dense, GQA or varlen) from the forward's out and lse.
@@ -185,10 +197,16 @@ def _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_m
     return p
 
 
-@attention_bwd.register_fake
-def _attention_bwd_fake(grad_out, q, k, v, out, lse, causal=False, variant="", cu_seqlens=None, seqlens=None):
+def _backward_fake(grad_out, q, k, v, out, lse, causal=False, variant="", cu_seqlens=None, seqlens=None):
     _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_meta=True)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+attention_bwd = torch.library.custom_op("ladder::attention_bwd", _gradients, mutates_args=(), tags=_TAGS)
+attention_varlen_bwd = torch.library.custom_op("ladder::attention_varlen_bwd", _gradients, mutates_args=(),
+                                               tags=_TAGS + _HOST_READ)
+for _op in (attention_bwd, attention_varlen_bwd):
+    _op.register_fake(_backward_fake)
 
 
 def _setup_context(ctx, inputs, output):
@@ -213,9 +231,10 @@ def _backward(ctx, grad_out, _grad_lse):
                            "backward: call it with need_lse=True (ladder_attention.attention does when a "
                            "gradient is needed)")
     q, k, v, out, lse, cu_seqlens, seqlens = ctx.saved_tensors
-    dq, dk, dv = attention_bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.causal, ctx.backward_variant,
-                               cu_seqlens, seqlens)
+    op = attention_bwd if cu_seqlens is None else attention_varlen_bwd
+    dq, dk, dv = op(grad_out.contiguous(), q, k, v, out, lse, ctx.causal, ctx.backward_variant, cu_seqlens, seqlens)
     return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
-attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+for _op in (attention_fwd, attention_varlen_fwd):
+    _op.register_autograd(_backward, setup_context=_setup_context)

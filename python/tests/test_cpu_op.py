@@ -182,6 +182,30 @@ class Compile(unittest.TestCase):
                           fullgraph=True, backend="aot_eager")
         self.assertEqual(f(q, k, v, cu, torch.tensor([5, 60], dtype=torch.int32)).shape, q.shape)
 
+    @unittest.skipUnless(hasattr(torch.Tag, "cudagraph_unsafe"), "this PyTorch has no cudagraph_unsafe tag")
+    def test_varlen_runs_the_ops_inductor_keeps_out_of_its_graphs(self):
+        """A varlen call (host lengths, read when it runs) reaches the ops tagged cudagraph_unsafe, forward
+        and backward; a dense call the untagged ones, which Inductor may record in its CUDA graphs."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Seen(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = set()
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.namespace == "ladder":
+                    self.ops.add((func.__name__.split(".")[0], torch.Tag.cudagraph_unsafe in func.tags))
+                return func(*args, **(kwargs or {}))
+
+        q, k, v, cu = varlen_args([5, 60])
+        dense = [meta(2, 8, 77, 64, grad=True) for _ in range(3)]
+        for args, kw, want in ((dense, {}, {("attention_fwd", False), ("attention_bwd", False)}),
+                               ([x.requires_grad_() for x in (q, k, v)], {"cu_seqlens": cu, "seqlens": [5, 60]},
+                                {("attention_varlen_fwd", True), ("attention_varlen_bwd", True)})):
+            with Seen() as seen:
+                la.attention(*args, True, **kw).sum().backward()
+            self.assertEqual(seen.ops, want)
 
     def test_fullgraph_varlen_backward_and_new_lengths(self):
         """Varlen forward and backward traced once (aot_eager through the fakes); new lengths of the

@@ -435,9 +435,9 @@ class Machinery(Case):
 
     def test_compile_reduce_overhead_varlen(self):
         """mode="reduce-overhead" of varlen forward and backward, the lengths (a host tensor) changed
-        between calls, their count and total kept: whether or not Inductor puts the op in a CUDA
-        graph, each call's values must be its own lengths' (a graph that froze the first lengths
-        fails here)."""
+        between calls, their count and total kept: the varlen ops (tagged cudagraph_unsafe) must run
+        between Inductor's graphs, every call, never under capture, and each call's values must be
+        its own lengths' (a graph that froze the first lengths fails here)."""
         from torch._dynamo.utils import counters
         torch._dynamo.reset()
         counters.clear()
@@ -466,6 +466,10 @@ class Machinery(Case):
                                  ops.LAST["forward"], ops.LAST["backward"]))
         print("reduce-overhead varlen: %d library calls in %d iterations (%d under capture), %d cudagraph skips"
               % (len(calls), len(sets), sum(c for _, c in calls), counters["inductor"]["cudagraph_skips"]))
+        names = [name for name, _ in calls]
+        self.assertFalse([name for name, capturing in calls if capturing], "a varlen call was captured")
+        for entry in ("ladder_attention_serving", "ladder_attention_backward_serving"):
+            self.assertGreaterEqual(names.count(entry), len(sets), "%s: a call every iteration" % entry)
 
     def test_what_no_variant_serves(self):
         q = torch.randn(1, 2, 64, 128, dtype=torch.float16, device="cuda")
