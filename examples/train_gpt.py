@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The course's capstone: a small GPT trained twice, from the same seed on the same data in the same
-order, once on PyTorch's F.scaled_dot_product_attention and once on the ladder's kernels
-(ladder_attention.attention, forward and backward): the loss curves show the kernels train a model.
+"""The course's capstone: a small GPT trained on PyTorch's F.scaled_dot_product_attention and on the
+ladder's kernels (ladder_attention.attention, forward and backward), from the same seed on the same
+data in the same order, for each of --seeds seeds: the loss curves show the kernels train a model.
 
     python3 examples/train_gpt.py                       # both backends, the defaults below (one H200)
     python3 examples/train_gpt.py --steps 300           # a quick look
@@ -24,19 +24,18 @@ the log-sum-exp the backward needs, and the backward step 40's (python/README.md
 variants that ran. On CPU: fp32, SDPA only. AdamW (0.9, 0.95; weight decay on
 matrices), linear warm-up (at most a tenth of the steps), cosine decay to a tenth, clipping at 1.0.
 
-Output in --out (default out/): <date>-train-gpt.json (provenance; per backend every step's loss, the
-eval points, tokens/s: the median over windows of up to 50 steps after the first, each closed by a
-synchronize) and <date>-train-gpt.png. With both, a verdict: the final validation losses, their
-difference against the noise (each run's last 5 eval points' scatter about a line: a lower bound on
-seed-to-seed noise), the throughputs and their ratio.
+Output in --out (default out/): <date>-train-gpt.json (provenance; per backend and seed every step's
+loss, the eval points, the GradScaler's scale at each window's end, tokens/s: the median over windows
+of up to 50 steps after the first, each closed by a synchronize) and <date>-train-gpt.png. With both,
+a verdict: the mean final validation loss of each backend over the seeds, their difference against
+the noise (the standard error of that difference from the seed-to-seed scatter; with --seeds 1, each
+run's last 5 eval points' scatter about a line, a lower bound), the throughputs and their ratio.
 
-Cost of the defaults (4 layers, width 256, 4 heads of 64, context 1024, batch 32, 3000 steps): 26.6
-MFLOP per token trained (6 x 3.2 M matmul parameters, plus causal attention 7·N·d a layer: forward
-2·N·d, backward 2.5x), 0.87 TFLOP a step, 2.6 PFLOP a run. AN ESTIMATE, NOT A MEASUREMENT: eager
-PyTorch at width 256 may reach 30-90 TFLOP/s on an H200 (small matmuls; LayerNorm, GELU, residual and
-cast traffic of ~3 GB per layer and step), so 10-30 ms a step, 0.5-1.5 min per backend, plus ~5% for
-evaluation, ~10 s to draw 100 M tokens on 16 cores and the start-up: `both` fits one 10-minute
-command with room. If it measures faster, --batch 64 or --steps 6000 spend the time.
+Cost of the defaults (4 layers, width 256, 4 heads of 64, context 1024, batch 32, 3000 steps, 3 seeds):
+26.6 MFLOP per token trained (6 x 3.2 M matmul parameters, plus causal attention 7·N·d a layer:
+forward 2·N·d, backward 2.5x), 0.87 TFLOP a step, 2.6 PFLOP a run. On the H200 (2026-12-03, one
+seed) a run took 34 s on SDPA and 40 s on the ladder's op, evaluation included; three seeds of both,
+the ~10 s it takes 16 cores to draw 100 M tokens and the start-up fit one 10-minute command.
 """
 import argparse
 import json
@@ -262,12 +261,12 @@ def progress(total, desc):
     return update
 
 
-def train(backend, a, device, train_windows, val_windows):
-    """One run; returns its record for the JSON."""
+def train(backend, a, seed, device, train_windows, val_windows):
+    """One run from `seed` (the initial weights and the order of the windows); returns its record."""
     start, cuda = time.perf_counter(), device.type == "cuda"
     if backend == "ladder":
         from ladder_attention import ops as ladder_ops
-    torch.manual_seed(a.seed)
+    torch.manual_seed(seed)
     model = GPT(a, attention_for(backend)).to(device)
     run = torch.compile(model) if a.compile else model
     groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": a.weight_decay},
@@ -276,7 +275,7 @@ def train(backend, a, device, train_windows, val_windows):
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
     scaler = torch.amp.GradScaler("cuda", enabled=cuda and a.dtype == "fp16")
     warmup, window = min(a.warmup, max(1, a.steps // 10)), max(1, min(50, a.steps // 5))
-    order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(a.seed)).to(device)
+    order = torch.randperm(len(train_windows), generator=torch.Generator().manual_seed(seed)).to(device)
 
     def loss_of(batch):
         with torch.autocast(device.type, dtype=dtype, enabled=cuda):
@@ -287,8 +286,8 @@ def train(backend, a, device, train_windows, val_windows):
         starts = range(0, len(val_windows), a.batch)
         return sum(loss_of(val_windows[i:i + a.batch]) for i in starts).item() / len(starts)
 
-    losses, evals, rates, variants = torch.zeros(a.steps, device=device), [], [], {}
-    update, t0, first = progress(a.steps, backend), time.perf_counter(), 0
+    losses, evals, rates, variants, scales = torch.zeros(a.steps, device=device), [], [], {}, []
+    update, t0, first = progress(a.steps, f"{backend} seed {seed}"), time.perf_counter(), 0
     for step in range(a.steps):
         t = (step - warmup) / max(1, a.steps - warmup)
         for group in opt.param_groups:
@@ -309,6 +308,8 @@ def train(backend, a, device, train_windows, val_windows):
             torch.cuda.synchronize()
         if first >= window:  # the first window (autotuning, first allocations, compilation) is not timed
             rates.append((done - first) * a.batch * a.context / (time.perf_counter() - t0))
+        if scaler.is_enabled():  # halved at each step skipped for an inf or NaN gradient
+            scales.append((done, scaler.get_scale()))
         if backend == "ladder":
             variants.setdefault("train", dict(ladder_ops.LAST))
         text = f"loss {losses[step].item():.3f}"
@@ -322,7 +323,9 @@ def train(backend, a, device, train_windows, val_windows):
     train_loss = losses.tolist()
     tail = train_loss[-max(1, min(50, a.steps // 10)):]
     rate = float(np.median(rates)) if rates else None
-    return {"train_loss": [round(x, 5) for x in train_loss], "eval": evals, "tokens_per_s": rate,
+    halvings = sum(b < a_ for (_, a_), (_, b) in zip(scales, scales[1:]))
+    return {"seed": seed, "train_loss": [round(x, 5) for x in train_loss], "eval": evals, "tokens_per_s": rate,
+            "grad_scale": scales or None, "grad_scale_drops": halvings if scales else None,
             "tokens_per_s_windows": rates, "tflops": rate and rate * flops_per_token(a) / 1e12,
             "final_train_loss": sum(tail) / len(tail), "final_train_loss_steps": len(tail),
             "final_val_loss": evals[-1][1], "wall_s": time.perf_counter() - start, "variants": variants or None,
@@ -336,22 +339,45 @@ def noise(run, n=5):
     return float(np.sqrt(((y - np.polyval(np.polyfit(x, y, 1), x)) ** 2).sum() / (len(y) - 2))) if len(y) > 2 else math.nan
 
 
-def verdict(runs):
-    """The two runs compared: the difference of their final val losses against the noise of the difference."""
-    s, la = runs["sdpa"], runs["ladder"]
-    diff, sigma = la["final_val_loss"] - s["final_val_loss"], math.hypot(noise(s), noise(la))
+def runs_of(result, backend):
+    """A backend's runs, the first seed's first."""
+    return [result["runs"][backend]] + result.get("more_seeds", {}).get(backend, [])
+
+
+def verdict(result):
+    """The two backends compared: the difference of their mean final val losses against its noise.
+
+    With two seeds or more for each, the noise is the standard error of that difference, from each
+    backend's seed-to-seed scatter: the runs of one seed start from the same weights and see the same
+    windows in the same order, but rounding makes them part within a few hundred steps, so the two
+    backends' runs are compared as samples. With one seed, the noise is each run's last 5 eval points'
+    scatter about a line: a lower bound, blind to a late drop one run makes and the other not yet."""
+    s, la = (runs_of(result, b) for b in ("sdpa", "ladder"))
+    fs, fl = (np.array([r["final_val_loss"] for r in runs]) for runs in (s, la))
+    diff, n = float(fl.mean() - fs.mean()), min(len(fs), len(fl))
+    if n >= 2:
+        sigma = float(math.sqrt(fs.var(ddof=1) / len(fs) + fl.var(ddof=1) / len(fl)))
+        how = f"the standard error of the difference of the means over {len(fs)} and {len(fl)} seeds"
+    else:
+        sigma = math.hypot(noise(s[0]), noise(la[0]))
+        how = "the last 5 eval points of each run about a line, a lower bound"
     sigma = None if math.isnan(sigma) else sigma
     same = None if sigma is None else abs(diff) <= 2 * sigma
-    ratio = la["tokens_per_s"] / s["tokens_per_s"] if la["tokens_per_s"] and s["tokens_per_s"] else None
-    line = (f"verdict: final val loss sdpa {s['final_val_loss']:.4f}, ladder {la['final_val_loss']:.4f}, "
+    pairs = [(a_["tokens_per_s"], b["tokens_per_s"]) for a_, b in zip(s, la) if a_["tokens_per_s"] and b["tokens_per_s"]]
+    ratio = float(np.median([b / a_ for a_, b in pairs])) if pairs else None
+    rate = {k: float(np.median([r["tokens_per_s"] for r in runs if r["tokens_per_s"]] or [0])) for k, runs in
+            (("sdpa", s), ("ladder", la))}
+    seeds = "" if len(fs) == 1 else f" (means over {len(fs)} and {len(fl)} seeds)"
+    line = (f"verdict: final val loss sdpa {fs.mean():.4f}, ladder {fl.mean():.4f}{seeds}, "
             f"ladder - sdpa = {diff:+.4f}, "
             + ("noise unknown (fewer than 3 eval points)" if sigma is None else
-               f"{abs(diff) / sigma:.1f}x the noise {sigma:.4f} (last 5 eval points of each run): "
+               f"{abs(diff) / sigma:.1f}x the noise {sigma:.4f} ({how}): "
                + ("the same within 2x the noise" if same else "DIFFERENT beyond 2x the noise"))
-            + f"; tokens/s sdpa {(s['tokens_per_s'] or 0) / 1e6:.3f} M, ladder {(la['tokens_per_s'] or 0) / 1e6:.3f} M, "
+            + f"; tokens/s sdpa {rate['sdpa'] / 1e6:.3f} M, ladder {rate['ladder'] / 1e6:.3f} M, "
             + (f"ladder/sdpa = {ratio:.3f}" if ratio else "no ratio (too few steps to time)"))
-    return {"val_loss_difference": diff, "noise": sigma, "same_within_noise": same, "tokens_per_s_ratio": ratio,
-            "line": line}
+    return {"final_val_losses": {"sdpa": fs.tolist(), "ladder": fl.tolist()}, "val_loss_difference": diff,
+            "noise": sigma, "noise_from": how, "same_within_noise": same, "tokens_per_s": rate,
+            "tokens_per_s_ratio": ratio, "line": line}
 
 
 def provenance(a, device):
@@ -369,6 +395,8 @@ def provenance(a, device):
 
 def check(a, device):
     """Exit with a message, before any data is drawn, on what cannot run."""
+    if a.seeds < 1:
+        sys.exit(f"error: --seeds {a.seeds}: at least one")
     if a.width % a.heads:
         sys.exit(f"error: --width {a.width} is not a multiple of --heads {a.heads}")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -400,6 +428,8 @@ def main():
                                 ("weight-decay", 0.1, ""), ("clip", 1.0, "gradient norm"), ("seed", 0, "init and data order"),
                                 ("data-seed", 0, "the language and its text")):
         p.add_argument(f"--{flag}", type=type(default), default=default, help=f"{what} (default {default})".lstrip())
+    p.add_argument("--seeds", type=int, default=3, help="seeds --seed, --seed + 1, ...: each backend once per seed; "
+                   "the verdict's noise is their seed-to-seed scatter (default 3; 1: the first seed only)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (both backends)")
     p.add_argument("--out", default=str(REPO / "out"), help="directory for the JSON and the PNG (default out/)")
     a = p.parse_args()
@@ -423,14 +453,22 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{time.strftime('%Y-%m-%d')}-train-gpt.json"
     result = {"provenance": provenance(a, device), "data": data, "flops_per_token": fpt, "runs": {}}
-    for backend in ("sdpa", "ladder") if a.attention == "both" else (a.attention,):
-        r = result["runs"][backend] = train(backend, a, device, *windows)
-        print(f"{backend}: final train loss {r['final_train_loss']:.4f} (mean of the last {r['final_train_loss_steps']} "
-              f"steps), val {r['final_val_loss']:.4f}; {(r['tokens_per_s'] or 0) / 1e6:.3f} M tokens/s "
-              f"({r['tflops'] or 0:.1f} TFLOP/s), {r['wall_s']:.1f} s" + (f"; kernels {r['variants']}" if r["variants"] else ""))
-        if len(result["runs"]) == 2:
-            result["verdict"] = verdict(result["runs"])
-        path.write_text(json.dumps(result, indent=1))  # after each run: a failing second run keeps the first
+    backends = ("sdpa", "ladder") if a.attention == "both" else (a.attention,)
+    for i, seed in enumerate(range(a.seed, a.seed + a.seeds)):  # a seed's two runs back to back
+        for backend in backends:
+            r = train(backend, a, seed, device, *windows)
+            if i == 0:
+                result["runs"][backend] = r
+            else:
+                result.setdefault("more_seeds", {}).setdefault(backend, []).append(r)
+            print(f"{backend}, seed {seed}: final train loss {r['final_train_loss']:.4f} (mean of the last "
+                  f"{r['final_train_loss_steps']} steps), val {r['final_val_loss']:.4f}; "
+                  f"{(r['tokens_per_s'] or 0) / 1e6:.3f} M tokens/s ({r['tflops'] or 0:.1f} TFLOP/s), {r['wall_s']:.1f} s"
+                  + (f"; grad scale drops {r['grad_scale_drops']}" if r["grad_scale"] else "")
+                  + (f"; kernels {r['variants']}" if r["variants"] else ""))
+            if len(backends) == 2 and backend == "ladder":
+                result["verdict"] = verdict(result)
+            path.write_text(json.dumps(result, indent=1))  # after each run: a failing later run keeps the others
     print(f"wrote {path}")
     plot(result, path.with_suffix(".png"))
     if "verdict" in result:

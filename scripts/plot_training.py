@@ -4,7 +4,7 @@
     python3 scripts/plot_training.py out/2026-12-04-train-gpt.json [--png PATH]
 
 One plot: each backend's training loss (a moving average over a sixtieth of the run) and its
-validation points, beside the data's unigram and bigram entropies and the validation text's source
+validation points for the first seed, the other seeds' validation points as faint lines, beside the data's unigram and bigram entropies and the validation text's source
 entropy (the floor under the validation points). The PNG goes
 next to the JSON (same name, .png) unless --png says otherwise. Needs numpy and matplotlib (Agg);
 train_gpt.py calls plot() here after training, and says so when matplotlib is not installed."""
@@ -40,10 +40,17 @@ def plot(result, png):
         steps, losses = zip(*run["eval"])
         ax.plot(steps, losses, "o", color=color, ms=4.5, mfc="none",
                 label=f"{name}: validation (final {losses[-1]:.3f})")
+        others = result.get("more_seeds", {}).get(name, [])
+        seeds = ", ".join(str(o["seed"]) for o in others)
+        finals = ", ".join(f"{o['final_val_loss']:.3f}" for o in others)
+        for i, other in enumerate(others):  # the other seeds: their validation points only, faint
+            ax.plot(*zip(*other["eval"]), "-", color=color, lw=0.8, alpha=0.45,
+                    label=None if i else f"{name}: validation, seeds {seeds} (final {finals})")
     data = result["data"]
     for key, label, style in (b for b in BASELINES if b[0] in data):
         ax.axhline(data[key], color="gray", ls=style, lw=1, label=f"{label} {data[key]:.3f}")
-    lows = [loss for run in result["runs"].values() for _, loss in run["eval"]] + [data.get("val_source_entropy", 1.0)]
+    runs = list(result["runs"].values()) + [r for more in result.get("more_seeds", {}).values() for r in more]
+    lows = [loss for run in runs for _, loss in run["eval"]] + [data.get("val_source_entropy", 1.0)]
     ax.set_ylim(min(lows) - 0.15, data.get("uniform", math.log(256)) + 0.2)
     a, p = result["provenance"]["args"], result["provenance"]
     precision = a["dtype"] if p.get("gpu") else "fp32"

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """examples/train_gpt.py on the CPU (ctest train_gpt_cpu, label cpu), in about 15 s:
-  - a tiny GPT trained with SDPA for 40 steps into a temporary directory: the JSON has its keys
-    (provenance, the data's entropies, the run's losses, eval points, tokens/s), every loss is
+  - a tiny GPT trained with SDPA for 40 steps, seeds 0 and 1, into a temporary directory: the JSON
+    has its keys (provenance, the data's entropies, the runs' losses, eval points, tokens/s; the
+    second seed under more_seeds, from other initial weights), every loss is
     finite, the loss falls (the last eval point below the first, the last steps' train loss below
     the first ones'), tokens/s > 0, the entropies are ordered (source < bigram < unigram < uniform),
     and the PNG is written (or, without matplotlib, the script says why not);
   - scripts/plot_training.py redraws the PNG from the JSON alone (where matplotlib is installed);
-  - the verdict of `both`: a difference within 2x the noise, one beyond it, too few eval points;
+  - the verdict of `both`: with one seed and with three, a difference within 2x the noise, one
+    beyond it; too few eval points;
   - --attention ladder (and both) on the CPU exit non-zero, saying the ladder's kernels need a CUDA GPU.
 
     python3 tests/cpu/test_train_gpt.py
@@ -41,7 +43,7 @@ class TrainGptOnCpu(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         out = pathlib.Path(cls.tmp.name)
         cls.proc = run(SCRIPT, "--attention", "sdpa", *TINY, "--steps", "40", "--lr", "1e-2", "--eval-every", "10",
-                       "--eval-batches", "4", "--out", out)
+                       "--eval-batches", "4", "--seeds", "2", "--out", out)
         found = sorted(out.glob("*-train-gpt.json"))
         cls.json_path = found[0] if found else None
         cls.result = json.loads(found[0].read_text()) if found else None
@@ -65,6 +67,10 @@ class TrainGptOnCpu(unittest.TestCase):
         for key in ("train_loss", "eval", "tokens_per_s", "final_train_loss", "final_val_loss", "wall_s"):
             self.assertIn(key, r["runs"]["sdpa"])
         self.assertNotIn("verdict", r)
+        self.assertEqual([x["seed"] for x in [r["runs"]["sdpa"]] + r["more_seeds"]["sdpa"]], [0, 1])
+        second = r["more_seeds"]["sdpa"][0]
+        self.assertNotEqual(second["train_loss"][0], r["runs"]["sdpa"]["train_loss"][0], "the same initial weights")
+        self.assertIsNone(second["grad_scale"], "no GradScaler on the CPU")
 
     def test_losses_finite_and_falling(self):
         run_ = self.result["runs"]["sdpa"]
@@ -109,17 +115,30 @@ class Verdict(unittest.TestCase):
         def record(final, wobble, tokens_per_s=1e6, points=10):
             evals = [(100 * (i + 1), final + 0.01 * (points - 1 - i) + wobble * (-1) ** i) for i in range(points)]
             return {"eval": evals, "final_val_loss": evals[-1][1], "tokens_per_s": tokens_per_s}
-        same = train_gpt.verdict({"sdpa": record(2.0, 0.01), "ladder": record(2.005, 0.01, 9e5)})
+        def both(s, la, more=()):  # more: further (sdpa, ladder) pairs, one per seed
+            result = {"runs": {"sdpa": s, "ladder": la}}
+            if more:
+                result["more_seeds"] = {"sdpa": [m[0] for m in more], "ladder": [m[1] for m in more]}
+            return train_gpt.verdict(result)
+        same = both(record(2.0, 0.01), record(2.005, 0.01, 9e5))
         self.assertTrue(same["same_within_noise"], same["line"])
         self.assertAlmostEqual(same["tokens_per_s_ratio"], 0.9)
         self.assertIn("ladder/sdpa = 0.900", same["line"])
-        apart = train_gpt.verdict({"sdpa": record(2.0, 0.001), "ladder": record(2.1, 0.001)})
+        apart = both(record(2.0, 0.001), record(2.1, 0.001))
         self.assertFalse(apart["same_within_noise"])
         self.assertIn("DIFFERENT", apart["line"])
-        few = train_gpt.verdict({"sdpa": record(2.0, 0.01, points=2), "ladder": record(2.0, 0.01, None, 2)})
+        few = both(record(2.0, 0.01, points=2), record(2.0, 0.01, None, 2))
         self.assertIsNone(few["noise"])
         self.assertIsNone(few["tokens_per_s_ratio"])
         self.assertIn("noise unknown", few["line"])
+        # three seeds: the seed-to-seed scatter is the noise (smooth curves: the one-run rule would say 0)
+        seeds = [(record(f, 0.0), record(f + d, 0.0)) for f, d in ((2.00, 0.02), (2.06, -0.01), (1.95, 0.03))]
+        spread = both(*seeds[0], seeds[1:])
+        self.assertAlmostEqual(spread["val_loss_difference"], 0.04 / 3)
+        self.assertTrue(spread["same_within_noise"], spread["line"])
+        self.assertIn("over 3 and 3 seeds", spread["line"])
+        tight = [(record(f, 0.0), record(f + 0.05, 0.0)) for f in (2.0, 2.001, 1.999)]
+        self.assertFalse(both(*tight[0], tight[1:])["same_within_noise"])
 
 
 class LadderNeedsCuda(unittest.TestCase):
