@@ -43,7 +43,6 @@ import math
 import multiprocessing
 import pathlib
 import random
-import subprocess
 import sys
 import time
 
@@ -381,16 +380,23 @@ def verdict(result):
 
 
 def provenance(a, device):
-    def git(*cmd):
-        try:
-            return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
     cuda = device.type == "cuda"
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": sys.argv, "args": vars(a), "seed": a.seed,
             "data_seed": a.data_seed, "device": str(device), "gpu": torch.cuda.get_device_name(device) if cuda else None,
             "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
-            "commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+            **tree_state()}
+
+
+def tree_state():
+    """commit, dirty and tree_hash from scripts/tree_state.py, which also answers in a copy of the tree
+    that carries .tree-state.json (the GPU machine's: its .git, if any, is not the checkout's)."""
+    try:
+        sys.path.insert(0, str(REPO / "scripts"))
+        import tree_state as ts
+        s = ts.state()[0]
+        return {"commit": s.get("commit") or None, "dirty": s.get("dirty"), "tree_hash": s.get("tree_hash")}
+    except Exception as e:  # noqa: BLE001 (provenance must not stop a run)
+        return {"commit": None, "dirty": "unknown", "tree_state_error": str(e)}
 
 
 def check(a, device):
@@ -413,7 +419,7 @@ def check(a, device):
     try:
         print(f"ladder_attention: {ladder_attention.library_path()}")
     except ladder_attention.LibraryNotFound as e:
-        sys.exit(f"error: {e}\n(pip install --no-build-isolation -e python, or LADDER_CAPI_LIB=path/libladder_capi.so)")
+        sys.exit(f"error: {e}\n(python3 -m pip install --no-build-isolation -e python, or LADDER_CAPI_LIB=path/libladder_capi.so)")
 
 
 def main():

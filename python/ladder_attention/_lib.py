@@ -61,7 +61,7 @@ def library_path():
     looked = "; ".join("%s (%s)" % (p, why) for p, why in tried)
     raise LibraryNotFound(
         "ladder_attention needs libladder_capi.so (the CMake target ladder_capi) and found none. Build "
-        "and record it with `pip install --no-build-isolation -e python` from the repository (set "
+        "and record it with `python3 -m pip install --no-build-isolation -e python` from the repository (set "
         "LADDER_BUILD_DIR to reuse a build directory), or `cmake --preset gpu && cmake --build build/gpu "
         "--target ladder_capi`, or point LADDER_CAPI_LIB at the file. Looked at: " + looked)
 

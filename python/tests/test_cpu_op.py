@@ -39,7 +39,7 @@ class ImportWithoutLibrary(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("(1, 2, 5, 64)", r.stdout)
         self.assertIn("NOTFOUND", r.stdout)
-        for hint in ("pip install --no-build-isolation -e python", "LADDER_CAPI_LIB", "/nonexistent/"):
+        for hint in ("python3 -m pip install --no-build-isolation -e python", "LADDER_CAPI_LIB", "/nonexistent/"):
             self.assertIn(hint, r.stdout)
 
 
