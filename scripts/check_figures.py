@@ -53,7 +53,8 @@ must equal [min, max] of the selected values. Each end may differ from the recom
 half a unit of its last written digit (a figure written "1.2" holds values in [1.15, 1.25]).
 
 Where markers are checked: every docs/**/*.md (chapters, part introductions, docs/START.md,
-notes), the repository's README.md, and every steps/*/README.md and labs/*/README.md. In all of
+notes), the repository's README.md, every steps/*/README.md and labs/*/README.md, and
+examples/README.md and python/README.md. In all of
 them a marker's FILE is relative to docs/ (DOCS_DIR), never to the file the marker is in: a marker
 reads the same wherever it stands, so a figure can move between a chapter and a step's or a lab's
 README unchanged.
@@ -350,6 +351,7 @@ def documents(docs):
     if readme.exists():
         out.append(readme)
     out += sorted(root.glob("steps/*/README.md")) + sorted(root.glob("labs/*/README.md"))
+    out += [p for p in (root / "examples/README.md", root / "python/README.md") if p.exists()]
     return out
 
 
