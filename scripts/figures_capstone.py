@@ -42,11 +42,13 @@ def dispatch_table():
 
 def check_sources():
     """Exit unless every name the figure draws is still where it says."""
-    source_text(OPS, '@torch.library.custom_op("ladder::attention_fwd"', "the forward custom op")
-    source_text(OPS, '@torch.library.custom_op("ladder::attention_bwd"', "the backward custom op")
-    source_text(OPS, "@attention_fwd.register_fake", "the forward's fake kernel")
-    source_text(OPS, "@attention_bwd.register_fake", "the backward's fake kernel")
-    source_text(OPS, "attention_fwd.register_autograd(_backward, setup_context=_setup_context)", "the autograd registration")
+    source_text(OPS, 'attention_fwd = torch.library.custom_op("ladder::attention_fwd", _forward, mutates_args=(), '
+                     'tags=_TAGS)', "the forward custom op")
+    source_text(OPS, 'attention_bwd = torch.library.custom_op("ladder::attention_bwd", _gradients, mutates_args=(), '
+                     'tags=_TAGS)', "the backward custom op")
+    source_text(OPS, "_op.register_fake(_forward_fake)", "the forward's fake kernel")
+    source_text(OPS, "_op.register_fake(_backward_fake)", "the backward's fake kernel")
+    source_text(OPS, "_op.register_autograd(_backward, setup_context=_setup_context)", "the autograd registration")
     source_text(OPS, "ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, seqlens)", "what the forward saves")
     source_text(OPS, "ctx.mark_non_differentiable(lse)", "the LSE marked non-differentiable")
     source_text(OPS, "if not dispatch.is_refusal(str(e)):", "refusals falling through")
@@ -85,8 +87,8 @@ def draw(out):
         "strided q, k, v copied once (.contiguous());  varlen: seqlens on the host\n"
         "need_lse = a gradient is needed (or return_lse)", fontsize=fs, alpha=0.3)
     box(ax, L, 7.75, W, 1.0, ORANGE, "torch.ops.ladder.attention_fwd   ops.py\n"
-        "@torch.library.custom_op: a schema from the type hints, mutates_args=(),\n"
-        "tag needs_contiguous_strides;  returns (out, lse)", fontsize=fs, alpha=0.35)
+        "torch.library.custom_op: a schema from the type hints, mutates_args=(),\n"
+        "tag needs_contiguous_strides;  returns (out, lse)  (varlen: attention_varlen_fwd)", fontsize=fs, alpha=0.35)
     box(ax, L, 6.1, 2.85, 1.15, ORANGE, "fake kernel (register_fake)\n"
         "checks.describe, then empty\nout [shape of q], lse fp32\nno library, no GPU", fontsize=fs, alpha=0.2)
     box(ax, L + 3.35, 6.1, W - 3.35, 1.15, BLUE, "CUDA kernel\nchecks.describe, kind_of\n"

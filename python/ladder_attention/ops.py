@@ -92,9 +92,9 @@ def _run(what, key, candidates, call, capturing):
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str = "",
-                  backward_variant: str = "", need_lse: bool = True, cu_seqlens: Optional[Tensor] = None,
-                  seqlens: Optional[Tensor] = None, block_table: Optional[Tensor] = None,
-                  kv_seqlen: int = 0) -> Tuple[Tensor, Tensor]:
+             backward_variant: str = "", need_lse: bool = True, cu_seqlens: Optional[Tensor] = None,
+             seqlens: Optional[Tensor] = None, block_table: Optional[Tensor] = None,
+             kv_seqlen: int = 0) -> Tuple[Tensor, Tensor]:
     """O and the log-sum-exp (natural log, of the 1/sqrt(D)-scaled logits; NaN where need_lse is
     False and the variant writes none). backward_variant is the backward's choice, kept for it."""
     p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, block_table, kv_seqlen)
@@ -133,7 +133,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, variant: str
 
 
 def _forward_fake(q, k, v, causal=False, variant="", backward_variant="", need_lse=True, cu_seqlens=None,
-                        seqlens=None, block_table=None, kv_seqlen=0):
+                  seqlens=None, block_table=None, kv_seqlen=0):
     p = checks.describe(q, k, v, causal, cu_seqlens, seqlens, block_table, kv_seqlen, allow_meta=True)
     return q.new_empty(q.shape), q.new_empty(checks.lse_shape(p, q), dtype=torch.float32)
 
@@ -148,8 +148,8 @@ for _op in (attention_fwd, attention_varlen_fwd):
 
 
 def _gradients(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool = False,
-                  variant: str = "", cu_seqlens: Optional[Tensor] = None,
-                  seqlens: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+               variant: str = "", cu_seqlens: Optional[Tensor] = None,
+               seqlens: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """dQ, dK, dV of self-attention (dense, GQA or varlen) from the forward's out and lse.
     variant: an id, "" (the fastest) or "deterministic"."""
     p = _check_bwd(grad_out, q, k, v, out, lse, causal, cu_seqlens, seqlens, allow_meta=False)
