@@ -150,7 +150,15 @@ def draw(out):
 
 
 def main():
-    out = out_dir(parser(__doc__).parse_args().out)
+    ap = parser(__doc__)
+    ap.add_argument("--check-sources", action="store_true",
+                    help="only check that the source lines the schematic names are still there (no matplotlib)")
+    a = ap.parse_args()
+    if a.check_sources:
+        check_sources()
+        print("figures_capstone.py: every source line the schematic names is there")
+        return 0
+    out = out_dir(a.out)
     draw(out)
     print(f"wrote capstone-op-path.png to {out}")
     return 0
