@@ -239,16 +239,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows (null when no one asked: inference).
+    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
     // Epilogue (persistent.cuh): O / l staged into this warpgroup's own rows of the Q buffer, one
     // thread's TMA store, then q_empty. At 160 registers the staging base and row pass through
     // opaque copies, as issue_s's Q base does, or ptxas hoists the 16 staging addresses out of
     // the tile loop and keeps them live (spilled).
     hopper::store_o_tile<T, T::kOpaqueAddresses>(st, &tm_o, acc_o, row_sum, consumer, local_row0, t, store_thread,
                                                  sp.q_start, w.bh);
-    // The log-sum-exp of this thread's two rows (null when no one asked: inference).
-    // After the epilogue, not before it: the store's latency then runs under the next tile's first
-    // products instead of ahead of the fence that stages O and releases the Q buffer.
-    if (lse != nullptr) hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.bh) * n, row0, n, t);
   }
   if constexpr (!Scheduler::kKnowsLast) {
     if (consumer == 0) wait_turn();

@@ -244,6 +244,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::release_kv_stage(st, last_stage, lane);
     it += sp.n_blocks;
 
+    // The log-sum-exp of this thread's two rows of the sequence ([H][total_q]; null: inference).
+    if (lse != nullptr)
+      hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.head) * total_q + seq.q_row, row0,
+                        seq.n_q, t);
     // Epilogue: O / l into this warpgroup's own 64 rows of the Q buffer (its last S product,
     // the only reader of those rows, has completed), fenced into the async proxy, then one
     // thread stores them with the copy engine once the warpgroup's writes are all done.
@@ -258,12 +262,6 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           hopper::store_o_rows<T::kHeadDim>(o_rows, o + (std::int64_t(seq.q_row) * heads + w.head) * T::kHeadDim,
                                             row0, seq.n_q, t, std::int64_t(heads) * T::kHeadDim);
         });
-    // The log-sum-exp of this thread's two rows of the sequence ([H][total_q]; null: inference).
-    // After the epilogue, not before it: the store's latency then runs under the next tile's first
-    // products instead of ahead of the fence that stages O and releases the Q buffer.
-    if (lse != nullptr)
-      hopper::store_lse(row_max, row_sum, scale_log2, lse + std::int64_t(w.head) * total_q + seq.q_row, row0,
-                        seq.n_q, t);
   }
   if constexpr (!Scheduler::kKnowsLast) {
     if (consumer == 0) wait_turn();
