@@ -112,9 +112,11 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_option("--mask", o.mask, "none, causal or both")
       ->check(CLI::IsMember({"none", "causal", "both"}))->group(attention);
   app.add_option("--dtype", o.dtypes,
-                 "Element type(s) of Q, K, V, O: fp16, bf16 or fp16,bf16 (only the variants that "
-                 "support bf16 run it; the others are listed as skipped)")
-      ->delimiter(',')->check(CLI::IsMember({"fp16", "bf16"}))->group(attention);
+                 "Element type(s) of Q, K, V, O: fp16, bf16, fp8 or a list (fp16,bf16): only the "
+                 "variants that support a type run it, the others are listed as skipped. fp8 "
+                 "(e4m3, Part VIII): Q, K, V the bf16 inputs quantized per tensor, O in bf16; dense "
+                 "or GQA, forward only")
+      ->delimiter(',')->check(CLI::IsMember({"fp16", "bf16", "fp8", "e4m3", "fp8_e4m3"}))->group(attention);
   app.add_option("--tokens", o.tokens, "Fix B·N: batch = tokens / N for each N (e.g. 16384)")
       ->check(kPositive)->group(attention);
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")

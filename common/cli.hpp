@@ -21,7 +21,7 @@ struct CliOptions {
   std::vector<int> seqlens = {4096};
   std::vector<int> head_dims = {64};
   std::string mask = "none";  // none | causal | both
-  std::vector<std::string> dtypes = {"fp16"};  // element types: fp16, bf16 (the variants that run it)
+  std::vector<std::string> dtypes = {"fp16"};  // element types: fp16, bf16, fp8 (the variants that run it)
   int tokens = 0;             // > 0: batch = tokens / N for each N (the FlashAttention papers' grid)
   bool large_logits = false;  // Q×5, K×3
   // Part VI (common/problem.hpp): 0 / empty = off.

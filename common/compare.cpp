@@ -151,13 +151,28 @@ ErrorStats check_gradient_output(std::span<const float> output, int head_dim,
 // are ~1 and its last rows ~0.01. The earlier rule (one tolerance for the whole tensor with a
 // fixed 2^-11) let rows of size 0.01 err by ~100 of their ulps: P rounded to bf16 and fp16 block
 // sums passed (tests/cpu/test_broken_kernels.cpp plants both). A bf16 output is rounded to 7
-// fraction bits, so its ulp, and the term, is 8 times an fp16 one.
+// fraction bits, so its ulp, and the term, is 8 times an fp16 one. An fp8 problem's O is bf16
+// (output_dtype): its term is bf16's, the rounding of the output, not of the e4m3 inputs.
 double attention_abs_term(double max_abs_row, DType dtype) {
   if (!(max_abs_row > 0) || !std::isfinite(max_abs_row)) return std::ldexp(1.0, -24);
   int exponent = 0;
   std::frexp(max_abs_row, &exponent);  // max = f · 2^exponent, f in [0.5, 1)
   // With b fraction bits (fp16: 10, bf16: 7) an ulp of a value in [2^(e-1), 2^e) is 2^(e-1-b).
-  return std::ldexp(1.0, std::max(exponent - 1 - fraction_bits(dtype), -24));
+  return std::ldexp(1.0, std::max(exponent - 1 - fraction_bits(output_dtype(dtype)), -24));
+}
+
+double relative_rms_error(std::span<const float> output, int head_dim,
+                          std::span<const std::int64_t> rows, std::span<const double> reference) {
+  const std::size_t d = std::size_t(head_dim);
+  if (rows.empty() || reference.size() != rows.size() * d) return std::numeric_limits<double>::quiet_NaN();
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t t = 0; t < d; ++t) {
+      const double got = output[std::size_t(rows[i]) * d + t], want = reference[i * d + t];
+      diff2 += (got - want) * (got - want);  // a NaN or inf output makes the result NaN: not hidden
+      ref2 += want * want;
+    }
+  return ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
 }
 
 // The log-sum-exp is fp32 throughout; its magnitude is about log(N) + max logit (< 100 here).

@@ -37,6 +37,15 @@ struct ErrorStats {
 // The pass rule, in the style of FlashAttention's tests: no non-finite value anywhere, and
 // max |kernel − fp64| ≤ 2·max |lowprec − fp64| + abs_term. An empty comparison, or a reference
 // that is not finite, fails: a check that looked at nothing must not pass.
+//
+// fp8 (Part VIII) keeps the rule unchanged. The fp64 reference is exact arithmetic on the values
+// the kernel is given (the dequantized e4m3 Q, K, V), and the low-precision one rounds what the
+// kernel rounds: P to e4m3 (with FlashAttention-3's 2^8 offset) before P·V and O to bf16
+// (reference.hpp, Precision::Low). So "max error ≤ 2 × the low reference's + one bf16 ulp, row by
+// row" is the issue's "within 2× of a reference that rounds Q, K, V and P to FP8 the same way":
+// the input quantization is the same for all three and cancels; the kernel is allowed twice the
+// error of the roundings it must make, no more. What quantizing Q, K and V costs against the
+// unquantized inputs is measured apart (relative_rms_error, Row::error_vs_unquantized), not judged.
 ErrorStats compare_with_reference(std::span<const double> kernel, std::span<const double> fp64,
                                   std::span<const double> lowprec, double abs_term);
 
@@ -70,11 +79,19 @@ ErrorStats check_attention_output(std::span<const float> output, int head_dim,
                                   std::span<const double> reflow, DType dtype = DType::F16);
 
 // The absolute terms of the pass rule, one per problem kind (their reasons are in compare.cpp).
-// Attention: one unit in the last place (of the element type) of the row's largest |reference| output.
+// Attention: one unit in the last place (of the output's type: fp8's is bf16) of the row's largest
+// |reference| output.
 double attention_abs_term(double max_abs_row, DType dtype = DType::F16);
 double lse_abs_term();
 double matmul_abs_term(int k);
 double reduction_abs_term(double sum_of_magnitudes);
+
+// ‖output − reference‖ / ‖reference‖ over the selected rows (`output` the kernel's whole O as in
+// check_attention_output, `reference` rows.size() × head_dim values); NaN when nothing is compared
+// or the output is not finite there. For fp8: the error against the fp64 attention of the
+// unquantized inputs, the number FlashAttention-3's paper reports (as RMSE).
+double relative_rms_error(std::span<const float> output, int head_dim,
+                          std::span<const std::int64_t> rows, std::span<const double> reference);
 
 // max |a − b| over two outputs of the same problem (NaN if either holds a NaN).
 double max_abs_difference(std::span<const float> a, std::span<const float> b);

@@ -6,24 +6,73 @@
 // 16 bits wide and the tensor cores multiply either at the same rate, so a kernel supports both
 // by changing its element type, its conversions and its instruction's type suffix, nothing else.
 //
+// fp8 (Part VIII) is OCP e4m3 ("e4m3fn": 4 exponent bits, bias 7, 3 fraction bits, subnormals down
+// to 2^-9, largest 448, no infinity, 0x7F/0xFF NaN), one byte, twice Hopper's 16-bit tensor-core
+// rate. Only Q, K and V are fp8: an FP8 forward writes O in bf16 (output_dtype), as FlashAttention-3
+// does, and fp8 is forward-only. Its range is too small for raw activations, so each tensor travels
+// with a scale (quantize_e4m3 below).
+//
 // No CUDA device code here: the CPU reference and tests use it without a GPU.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace ladder {
 
-enum class DType { F16, BF16 };
+enum class DType { F16, BF16, E4M3 };
 
-const char* dtype_name(DType t);                         // "fp16", "bf16"
-std::optional<DType> parse_dtype(std::string_view name);  // "fp16"/"f16"/"half", "bf16"
-int fraction_bits(DType t);                              // 10, 7
+const char* dtype_name(DType t);                         // "fp16", "bf16", "fp8"
+// "fp16"/"f16"/"half", "bf16", "fp8"/"e4m3"/"fp8_e4m3"
+std::optional<DType> parse_dtype(std::string_view name);
+int fraction_bits(DType t);                              // 10, 7, 3
+int element_bytes(DType t);                              // 2, 2, 1: of Q, K and V as stored
+// The type O is written in: fp16 and bf16 themselves; fp8's is bf16 (one byte of output would
+// throw away what the fp32 accumulators computed, and O feeds a 16-bit projection next).
+DType output_dtype(DType t);
 
-// Round to nearest even, as the GPU's conversion instructions do (cvt.rn); the bits as stored.
+// The 16-bit types' bits, rounded to nearest even as the GPU's conversion instructions do (cvt.rn).
+// fp8 is one byte and has its own pair below: these throw std::invalid_argument for E4M3, so that
+// a 16-bit buffer is never read as fp8 (or the reverse) by accident.
 std::uint16_t to_bits(DType t, float x);
 float from_bits(DType t, std::uint16_t bits);
-inline float round_to(DType t, float x) { return from_bits(t, to_bits(t, x)); }
+// x rounded to the type (fp8: to_e4m3's rounding, saturating at ±448).
+float round_to(DType t, float x);
+
+// ---- fp8 (e4m3) ---------------------------------------------------------------------------------
+inline constexpr float kE4M3Max = 448.0f;         // the largest finite e4m3 value (0x7E)
+inline constexpr std::uint8_t kE4M3NaN = 0x7F;    // what a NaN converts to
+// FlashAttention-3's offset of P before its e4m3 rounding: P = exp(s - m) lies in [0, 1], where
+// e4m3 has only its subnormals below 2^-6; P·2^8 lies in [0, 256], inside e4m3's 448, so P keeps
+// 3 fraction bits down to 2^-14. The row sum is taken from the unscaled fp32 P.
+inline constexpr float kE4M3PScale = 256.0f;
+
+// Round to nearest even, saturating to ±448 (what cvt.rn.satfinite.e4m3x2.f32 does: infinities
+// and finite overflows become ±448, NaN becomes 0x7F); the byte as stored.
+std::uint8_t to_e4m3(float x);
+// The exact value of a byte (subnormals included; 0x7F and 0xFF are NaN).
+float from_e4m3(std::uint8_t bits);
+
+// Per-tensor quantization, as the harness feeds an fp8 problem (and cuDNN's documentation
+// suggests: a scale of 448/amax rounded down to a power of two):
+//   descale = 2^ceil(log2(amax / 448))   (amax = max |x| > 0; 1 when amax == 0)
+//   byte    = to_e4m3(x / descale)        (|x / descale| <= 448: nothing saturates)
+//   value   = from_e4m3(byte) · descale   (what the kernel's products see, and the references use)
+// A power of two makes x / descale and from_e4m3(byte) · descale exact in fp32, so the only
+// rounding is e4m3's: |x - value| <= half an e4m3 ulp of x / descale, times descale. The kernel
+// gets descale (AttentionArgs::q_descale, k_descale, v_descale) and multiplies the scores by
+// q_descale · k_descale and O by v_descale.
+struct QuantizedTensor {
+  std::vector<std::uint8_t> bits;  // e4m3 bytes, uploaded to the device
+  std::vector<float> value;        // from_e4m3(bits[i]) · descale, exactly
+  float descale = 1.0f;            // a power of two
+};
+// The descale of a tensor whose largest magnitude is `amax` (finite, >= 0); see above. Past fp32's
+// normal range (amax below about 2^-117) it stays 2^-126 and the smallest elements flush to 0.
+float e4m3_descale(float amax);
+QuantizedTensor quantize_e4m3(std::span<const float> x);
 
 }  // namespace ladder

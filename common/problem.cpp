@@ -93,7 +93,8 @@ std::string AttentionShape::to_string() const {
   // fp16 is left unnamed so the shapes of fp16 rounds read as they always have; so are the Part VI
   // properties that are off.
   std::string s = fmt::format("B={} H={} N={} D={} {}{}", batch, heads, seqlen, head_dim,
-                              causal ? "causal" : "non-causal", dtype == DType::BF16 ? " bf16" : "");
+                              causal ? "causal" : "non-causal",
+                              dtype == DType::F16 ? "" : std::string(" ") + dtype_name(dtype));
   if (gqa()) s += fmt::format(" Hkv={}", hkv());
   if (!varlen() && kv_seqlen > 0 && kv_seqlen != seqlen) s += fmt::format(" Nkv={}", kv_seqlen);
   if (varlen()) s += fmt::format(" varlen({} seqs, {} q, {} kv)", batch, total_q(), total_k());
@@ -106,6 +107,24 @@ std::string ReductionShape::to_string() const { return fmt::format("n={}", count
 namespace {
 constexpr std::int64_t kMaxElements = std::int64_t(1) << 40;  // keeps every index in 64 bits
 constexpr std::int64_t kMaxGridX = (std::int64_t(1) << 31) - 1;
+constexpr int kRowBytes = 16;  // a row of K or V must be whole 16-byte vectors (cp.async, TMA)
+
+// Part VIII's FP8 forward is a dense prefill kernel (FlashAttention-3's FP8 path): it serves GQA
+// and the causal mask, and no variant serves the other Part VI layouts in fp8, so they are refused
+// here, as a usage error, rather than listed as a table of skipped rows.
+std::optional<std::string> validate_fp8(const AttentionShape& s) {
+  const char* layout = s.varlen() ? "a variable-length batch"
+                       : s.paged() ? "a paged K/V cache"
+                       : s.decode() ? "a different number of keys than queries (decode)"
+                                    : nullptr;
+  if (layout)
+    return fmt::format("fp8 (Part VIII) runs dense attention only, not {} (asked for {})", layout,
+                       s.to_string());
+  if (s.head_dim * element_bytes(s.dtype) % kRowBytes != 0)
+    return fmt::format("fp8 head dimension D={} must be a multiple of {} ({}-byte rows of 1-byte "
+                       "elements)", s.head_dim, kRowBytes / element_bytes(s.dtype), kRowBytes);
+  return std::nullopt;
+}
 }
 
 std::optional<std::string> validate(const AttentionShape& s) {
@@ -147,10 +166,13 @@ std::optional<std::string> validate(const AttentionShape& s) {
     return fmt::format("page size {} must be a multiple of 8 rows", s.page_size);
   if (s.elements() > kMaxElements || s.kv_elements() > kMaxElements)
     return "attention tensors larger than 2^40 elements";
+  if (s.dtype == DType::E4M3) return validate_fp8(s);
   return std::nullopt;
 }
 
 std::optional<std::string> validate_backward(const AttentionShape& s) {
+  if (s.dtype == DType::E4M3)
+    return fmt::format("FP8 is forward-only in this course (Part VIII): no backward of {}", s.to_string());
   if (auto error = validate(s)) return error;
   if (s.paged())
     return fmt::format("the backward takes a contiguous K/V, not a paged cache (asked for {})", s.to_string());
@@ -187,8 +209,9 @@ double flops(const MatmulShape& s) { return 2.0 * s.m * double(s.n) * s.k; }
 double flops(const ReductionShape& s) { return double(s.count - 1); }
 
 double min_bytes(const AttentionShape& s) {
-  // read Q, K, V and write O, 2 bytes each (fp16 or bf16)
-  return (2.0 * double(s.elements()) + 2.0 * double(s.kv_rows()) * s.head_dim) * 2.0;
+  // read Q, K, V at their element size (fp16, bf16: 2 bytes; fp8: 1) and write O at its own
+  const double in = element_bytes(s.dtype), out = element_bytes(output_dtype(s.dtype));
+  return double(s.elements()) * (in + out) + 2.0 * double(s.kv_rows()) * s.head_dim * in;
 }
 double min_bytes(const MatmulShape& s) {
   return 4.0 * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);

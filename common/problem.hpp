@@ -18,7 +18,9 @@ const char* kind_name(Kind kind);
 
 // O = softmax(Q Kᵀ · scale [+ causal mask]) V for every (batch, head).
 // Q, K, V and O are fp16 (or bf16, for the variants that declare it: common/dtype.hpp), laid out
-// [B, H, N, D] contiguous (PyTorch's SDPA layout); accumulation is fp32. The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
+// [B, H, N, D] contiguous (PyTorch's SDPA layout); accumulation is fp32. fp8 (Part VIII, E4M3):
+// Q, K, V one byte an element, each tensor with its power-of-two descale (common/dtype.hpp's
+// quantization), O bf16; dense and GQA shapes only, causal or not (validate says why). The log-sum-exp of each row (natural log, of the scaled logits) is [B, H, N]
 // fp32 and is written only by the variants that say so.
 //
 // Part VI: attention as models run it. Four optional properties, each off by default, so every
@@ -83,7 +85,7 @@ struct AttentionShape {
   int last_key(int b, int i) const;
 
   float softmax_scale() const;                                  // 1 / sqrt(D)
-  // "B=4 H=8 N=4096 D=64 causal", " bf16" appended for bf16; then " Hkv=8", " Nkv=32768",
+  // "B=4 H=8 N=4096 D=64 causal", " bf16" or " fp8" appended for those; then " Hkv=8", " Nkv=32768",
   // " varlen(4 seqs, 10 812 q)", " page=64" for the properties that are on.
   std::string to_string() const;
 };
@@ -103,12 +105,15 @@ struct ReductionShape {
 };
 
 // Returns an error message for a shape that no step can run, or nothing if the shape is valid.
+// An fp8 shape must be dense self-attention (no varlen batch, paged cache or decode: no FP8
+// variant serves them) with D a multiple of 16 (16-byte rows of 1-byte elements).
 std::optional<std::string> validate(const AttentionShape& s);
 std::optional<std::string> validate(const MatmulShape& s);
 std::optional<std::string> validate(const ReductionShape& s);
 // A backward problem (Part V, and Part VI's GQA and varlen): a valid attention shape that is
 // self-attention, every sequence as many keys as queries, with a contiguous K/V. Decode shapes
-// (kv_seqlen or kv_lens differing from the queries') and paged caches are refused with the reason.
+// (kv_seqlen or kv_lens differing from the queries') and paged caches are refused with the reason,
+// and so is fp8 (forward-only in this course).
 std::optional<std::string> validate_backward(const AttentionShape& s);
 
 // Useful floating-point operations. Attention counts the two matrix products, 4·B·H·N²·D; a causal
@@ -131,6 +136,7 @@ double backward_flops(const AttentionShape& s);
 // each output written once. Naive kernels move more; the ledger of step 00 shows how much more.
 // Attention: Q, K, V read and O written once (GQA: K and V have Hkv heads; paged: the pages in
 // use), the block table and cu_seqlens not counted. Decode is bound by these bytes, not by FLOPs.
+// Q, K, V at element_bytes(dtype) (fp8: 1), O at its output type's (fp8: bf16, 2).
 double min_bytes(const AttentionShape& s);
 double min_bytes(const MatmulShape& s);
 double min_bytes(const ReductionShape& s);

@@ -14,7 +14,8 @@ std::vector<float> random_normal(std::size_t count, std::uint64_t seed, std::uin
                                  float scale = 1.0f);
 
 // The same values rounded to a 16-bit type (fp16 or bf16), and those values back as float (what a
-// kernel actually sees, and so what the reference must use).
+// kernel actually sees, and so what the reference must use). fp8 is not 16 bits (to_bits throws):
+// an fp8 problem draws bf16 and quantizes that (quantize_e4m3, common/run_attention.cpp).
 struct Tensor16 {
   DType dtype = DType::F16;
   std::vector<std::uint16_t> bits;  // uploaded to the device

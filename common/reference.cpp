@@ -46,6 +46,13 @@ namespace {
 using reference_detail::attention_row_fp64;
 using reference_detail::parallel_rows;
 
+// P as a kernel rounds it before P·V: to the element type; in fp8 to e4m3 after FlashAttention-3's
+// offset of 2^8 (kE4M3PScale), and the offset taken back (exact: a power of two).
+float round_probability(DType t, float p) {
+  if (t == DType::E4M3) return from_e4m3(to_e4m3(p * kE4M3PScale)) / kE4M3PScale;
+  return round_to(t, p);
+}
+
 void attention_row_low(const AttentionShape& s, const float* q_row, const float* k_head,
                        const float* v_head, std::int64_t key_stride, int n_keys, double* o,
                        double* lse) {
@@ -64,10 +71,10 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
   for (int j = 0; j < n_keys; ++j) {
     const float p = std::exp(logits[j] - m);
     l += p;  // the sum uses the fp32 probabilities ...
-    const float p16 = round_to(s.dtype, p);  // ... the product with V their fp16 (bf16) rounding
-    for (int t = 0; t < d; ++t) acc[t] += p16 * v_head[std::int64_t(j) * key_stride + t];
+    const float pr = round_probability(s.dtype, p);  // ... the product with V their rounding
+    for (int t = 0; t < d; ++t) acc[t] += pr * v_head[std::int64_t(j) * key_stride + t];
   }
-  for (int t = 0; t < d; ++t) o[t] = round_to(s.dtype, acc[t] / l);
+  for (int t = 0; t < d; ++t) o[t] = round_to(output_dtype(s.dtype), acc[t] / l);
   *lse = double(m + std::log(l));
 }
 

@@ -18,7 +18,13 @@ namespace ladder {
 enum class Precision {
   Fp64,  // every operation in double
   Low,   // fp32 scores and sums, P rounded to the element type (shape.dtype) before P·V, output
-         // rounded to it
+         // rounded to it. fp8 (E4M3): what the FP8 kernel computes: fp32 scores of the dequantized
+         // inputs, P = exp(s − m) in fp32 with the exact row max m, P rounded for P·V as
+         // from_e4m3(to_e4m3(P·2^8)) / 2^8 (FlashAttention-3's offset: P·256 in [0, 256] fits
+         // e4m3's 448, dtype.hpp's kE4M3PScale), the row sum from the unrounded fp32 P, O rounded
+         // to bf16 (output_dtype). Fp64 is unchanged: exact arithmetic on the dequantized values.
+         // With these two the pass rule is the issue's "within 2× of a reference that rounds Q,
+         // K, V and P to FP8 the same way" (compare.hpp says why).
 };
 
 // Query rows are numbered as they lie in Q and O: row r starts at element r·D. Dense, that is
@@ -45,8 +51,9 @@ struct RowIndex {
 };
 
 // Rows of O (and their log-sum-exp) for the selected query rows (numbered as RowIndex says).
-// q, k, v hold the input values (fp16 or bf16, shape.dtype) widened to float, in the problem's
-// layout (common/problem.hpp); a paged K/V is given here unpaged, as the block table reads it.
+// q, k, v hold the input values (fp16 or bf16, shape.dtype, widened to float; fp8: dequantized,
+// QuantizedTensor::value), in the problem's layout (common/problem.hpp); a paged K/V is given
+// here unpaged, as the block table reads it.
 // Every query row of a valid shape sees at least one key (validate() refuses the others).
 struct AttentionRows {
   std::vector<std::int64_t> rows;

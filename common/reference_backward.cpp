@@ -3,6 +3,7 @@
 // dense, GQA and packed variable-length problems alike.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -217,6 +218,8 @@ void backward_rows(const AttentionShape& s, const BackwardInputs& in, const Back
 BackwardRows backward_reference(const AttentionShape& s, const BackwardInputs& in,
                                 const BackwardStats& stats, std::span<const std::int64_t> q_rows,
                                 std::span<const std::int64_t> k_rows, Precision precision) {
+  if (s.dtype == DType::E4M3)  // validate_backward refuses it; a direct caller is told so too
+    throw std::invalid_argument("FP8 is forward-only in this course (Part VIII): no backward reference");
   BackwardRows out;
   out.q_rows.assign(q_rows.begin(), q_rows.end());
   out.k_rows.assign(k_rows.begin(), k_rows.end());

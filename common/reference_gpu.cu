@@ -159,8 +159,11 @@ void forward_for_backward_gpu(const AttentionShape& s, const std::uint16_t* q, c
   const dim3 block(kRowsPerBlock * kWarp);
   if (s.dtype == DType::F16)
     forward_fp64_kernel<__half><<<grid, block, 0, stream>>>(g, q, k, v, d_o, out);
-  else
+  else if (s.dtype == DType::BF16)
     forward_fp64_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(g, q, k, v, d_o, out);
+  else
+    throw std::invalid_argument("the fp64 forward of the backward reference reads 16-bit inputs; "
+                                "FP8 is forward-only (Part VIII)");
   CUDA_CHECK_LAUNCH("forward_fp64_kernel");
 }
 

@@ -48,13 +48,22 @@ constexpr DType dtype_of() {
   return std::is_same_v<Element, __half> ? DType::F16 : DType::BF16;
 }
 
+// Q, K, V and O of an fp8 problem (shape.dtype == DType::E4M3, Part VIII), as AttentionArgs::as_fp8()
+// gives them: e4m3 bytes in, bf16 out, in the dense layouts (common/problem.hpp).
+struct Fp8Tensors {
+  const std::uint8_t* q;  // [B, H, N, D] e4m3, one byte an element
+  const std::uint8_t* k;  // [B, Hkv, N, D]
+  const std::uint8_t* v;
+  __nv_bfloat16* o;       // [B, H, N, D] bf16, poisoned with NaN before the launch
+};
+
 struct AttentionArgs {
   AttentionShape shape;
   float softmax_scale;  // 1 / sqrt(D)
   // Q, K, V and O in the problem's element type, shape.dtype. The fields are typed fp16, the
   // ladder's type, so the fp16-only steps read them as they are; a kernel that also runs bf16
-  // takes them through as<Element>(), which checks the type. Only variants that declare bf16
-  // (Variant::for_dtypes) are ever given a bf16 problem.
+  // takes them through as<Element>(), which checks the type, and an fp8 kernel through as_fp8().
+  // Only variants that declare bf16 or fp8 (Variant::for_dtypes) are ever given such a problem.
   const __half* q;      // [B, H, N, D]
   const __half* k;
   const __half* v;
@@ -71,6 +80,10 @@ struct AttentionArgs {
   const int* cu_seqlens_q = nullptr;  // varlen: [B + 1], sequence b's queries are rows
   const int* cu_seqlens_k = nullptr;  //   cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1; keys alike
   const int* block_table = nullptr;   // paged: [B, shape.pages_per_seq()] page indices into k, v
+  // fp8 (Part VIII): the power-of-two factors that turn each tensor's e4m3 bytes back into its
+  // values, value = from_e4m3(byte) · descale (common/dtype.hpp). A kernel scales its fp32 scores
+  // by q_descale · k_descale (with softmax_scale) and O by v_descale. 1 for fp16 and bf16.
+  float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
 
   template <class Element>
   struct Tensors {
@@ -80,14 +93,23 @@ struct AttentionArgs {
     Element* o;
   };
   // Q, K, V, O as `Element`; throws std::logic_error if that is not the problem's type (a
-  // launch function that dispatched on shape.dtype wrongly).
+  // launch function that dispatched on shape.dtype wrongly; an fp8 problem reads as_fp8()).
   template <class Element>
   Tensors<Element> as() const {
     if (dtype_of<Element>() != shape.dtype)
       throw std::logic_error(std::string("a ") + dtype_name(shape.dtype) +
-                             " problem's tensors read as " + dtype_name(dtype_of<Element>()));
+                             " problem's tensors read as " + dtype_name(dtype_of<Element>()) +
+                             (shape.dtype == DType::E4M3 ? " (an fp8 problem's are read with as_fp8())" : ""));
     return {reinterpret_cast<const Element*>(q), reinterpret_cast<const Element*>(k),
             reinterpret_cast<const Element*>(v), reinterpret_cast<Element*>(o)};
+  }
+  // An fp8 problem's e4m3 Q, K, V and bf16 O; throws std::logic_error for any other problem.
+  using Fp8Tensors = ladder::Fp8Tensors;
+  Fp8Tensors as_fp8() const {
+    if (shape.dtype != DType::E4M3)
+      throw std::logic_error(std::string("a ") + dtype_name(shape.dtype) + " problem's tensors read as fp8");
+    return {reinterpret_cast<const std::uint8_t*>(q), reinterpret_cast<const std::uint8_t*>(k),
+            reinterpret_cast<const std::uint8_t*>(v), reinterpret_cast<__nv_bfloat16*>(o)};
   }
 };
 
@@ -196,7 +218,7 @@ struct Constraints {
   // grid that puts B·H on grid.y or grid.z takes at most kMaxGridYZ (Variant::batch_heads_on_grid_yz);
   // one that puts it on grid.x, or walks a tile list (the persistent steps), has no such limit.
   std::int64_t max_batch_heads = 0;
-  std::vector<DType> dtypes{DType::F16};  // attention: element types it runs
+  std::vector<DType> dtypes{DType::F16};  // attention: element types it runs (E4M3: AttentionArgs::as_fp8)
   unsigned features = 0;          // attention: the Part VI properties it handles (Feature bits)
   // attention: any other reason a variant cannot run a shape ("no causal mask"); nothing = can.
   std::function<std::optional<std::string>(const AttentionShape&)> attention_refusal;

@@ -91,6 +91,8 @@ void print_table(const ProblemRun& run, bool show_resources) {
       fmt::print("    -> {}\n", !r.error || r.error->pass ? r.note
                                  : approx             ? r.error->approx_verdict(r.approximate)
                                                       : r.error->verdict());
+    if (r.error_vs_unquantized)
+      fmt::print("    fp8: rel RMS {} vs the unquantized inputs' fp64 attention\n", sci(*r.error_vs_unquantized));
     if (r.lse_error && !r.lse_error->pass)
       fmt::print("    -> log-sum-exp: {}\n",
                  approx ? r.lse_error->approx_verdict(r.approximate) : r.lse_error->verdict());
@@ -181,6 +183,9 @@ nlohmann::json to_json(const Row& r) {
   }
   if (r.error) j["error"] = to_json(*r.error);
   if (r.lse_error) j["lse_error"] = to_json(*r.lse_error);
+  if (r.error_vs_unquantized)  // fp8 only; a number, rel RMS as rel_l2 is (null if not finite)
+    j["error_vs_unquantized"] =
+        std::isfinite(*r.error_vs_unquantized) ? nlohmann::json(*r.error_vs_unquantized) : nullptr;
   for (const auto& [name, e] : r.gradient_errors) j["gradient_errors"][name] = to_json(e);
   if (r.speedup) {
     j["speedup_vs_baseline"] = *r.speedup;

@@ -46,6 +46,10 @@ struct Row {
 
   std::optional<ErrorStats> error;      // against the references
   std::optional<ErrorStats> lse_error;  // for variants that write the log-sum-exp
+  // fp8 problems only: ‖O − ref‖ / ‖ref‖ over the checked rows, ref the fp64 attention of the
+  // inputs before their e4m3 quantization (what FlashAttention-3's paper measures). Reported, not
+  // judged: the pass rule's references are those of the quantized inputs (compare.hpp).
+  std::optional<double> error_vs_unquantized;
   // Backward problems: one check per gradient ("dQ", "dK", "dV"); `error` is then the one that
   // fails, or the one nearest its tolerance, so the table's columns show the worst gradient.
   std::vector<std::pair<std::string, ErrorStats>> gradient_errors;

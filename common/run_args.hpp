@@ -26,7 +26,8 @@ struct ServingPointers {
 };
 
 // Q, K, V and O in the problem's element type: they travel as fp16 pointers whatever the dtype
-// (AttentionArgs::as<Element>() reads them as the right one).
+// (AttentionArgs::as<Element>() reads them as the right one; an fp8 problem's as_fp8(): e4m3 bytes
+// in, bf16 out). The fp8 descales stay 1 here: the runner, which quantized the inputs, sets them.
 inline AttentionArgs attention_args(const AttentionShape& shape, const void* q, const void* k,
                                     const void* v, void* o, float* lse, void* workspace,
                                     LaunchDevice device, ServingPointers serving = {}) {

@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 
 #include "common/compare.hpp"
 #include "common/device_buffer.hpp"
@@ -63,48 +65,90 @@ std::size_t kv_stored(const AttentionShape& s) { return std::size_t(s.kv_element
 // The problem's memory, checked before anything is allocated.
 void ensure_attention_fits(const Session& session, const AttentionShape& shape,
                            std::span<const VariantRef> variants) {
-  // Q, K, V and O hold 16-bit elements (fp16 or bf16), stored as their bits.
-  ensure_fits((2 * q_elements(shape) + 2 * kv_stored(shape)) * sizeof(std::uint16_t) +
+  // Q, K, V hold element_bytes(dtype) an element (fp16, bf16: 2; fp8: 1), O its output type's.
+  const std::size_t in_bytes = std::size_t(element_bytes(shape.dtype));
+  const std::size_t out_bytes = std::size_t(element_bytes(output_dtype(shape.dtype)));
+  ensure_fits((q_elements(shape) + 2 * kv_stored(shape)) * in_bytes + q_elements(shape) * out_bytes +
                   std::size_t(shape.rows()) * sizeof(float) + 2 * session.gpu.l2_bytes,
               "Q, K, V, O and the log-sum-exp");
-  // Host: Q, K, V as 16-bit and widened (6 bytes an element each), a paged copy of K and V, and
-  // outputs downloaded as 16-bit and widened (6 bytes an element): the one being checked, its
-  // rerun, and every output a later row is compared with.
-  ensure_host_fits(q_elements(shape) * 6 * (1 + 2 + baselines_needed(variants, &shape).size()) +
-                       kv_logical(shape) * 12 + (shape.paged() ? kv_stored(shape) * 4 : 0),
+  // Host: Q, K, V as drawn, 16-bit and widened (6 bytes an element), and for fp8 also quantized,
+  // bytes and dequantized values (5 more); a paged copy of K and V; and outputs downloaded as
+  // 16-bit and widened (6 bytes an element): the one being checked, its rerun, and every output a
+  // later row is compared with.
+  const std::size_t input = sizeof(std::uint16_t) + sizeof(float) +
+                            (shape.dtype == DType::E4M3 ? sizeof(std::uint8_t) + sizeof(float) : 0);
+  const std::size_t output = sizeof(std::uint16_t) + sizeof(float);
+  ensure_host_fits(q_elements(shape) * (input + output * (2 + baselines_needed(variants, &shape).size())) +
+                       kv_logical(shape) * 2 * input + (shape.paged() ? kv_stored(shape) * 4 : 0),
                    "Q, K, V and the outputs kept for comparison");
+}
+
+// One of Q, K, V: drawn as the problem's 16-bit type draws it, and for fp8 drawn as bf16 (the same
+// seed, stream and scale) and then quantized per tensor (common/dtype.hpp), so that an fp8 problem
+// is the bf16 problem of the same options, rounded once more.
+struct InputTensor {
+  InputTensor(std::size_t count, const RunOptions& options, InputStream stream, DType dtype, float scale)
+      : drawn(random_tensor16(count, options.seed, stream, dtype == DType::E4M3 ? DType::BF16 : dtype, scale)),
+        quantized(dtype == DType::E4M3) {
+    if (quantized) fp8 = quantize_e4m3(drawn.value);
+  }
+  // What the kernels compute with, and so the references: the elements, or their e4m3 values.
+  const std::vector<float>& value() const { return quantized ? fp8.value : drawn.value; }
+  float descale() const { return quantized ? fp8.descale : 1.0f; }
+  // The bytes the device holds: the 16-bit elements' bits, or the e4m3 bytes.
+  const void* data() const { return quantized ? static_cast<const void*>(fp8.bits.data()) : drawn.bits.data(); }
+  std::size_t bytes() const { return quantized ? fp8.bits.size() : drawn.bits.size() * sizeof(std::uint16_t); }
+
+  Tensor16 drawn;  // fp8: the bf16 values before quantization
+  bool quantized;
+  QuantizedTensor fp8;  // fp8 only
+};
+
+// The device buffers of Q, K and V are bytes (element_bytes(dtype) an element): a copy of the host's.
+void upload_bytes(DeviceBuffer<std::uint8_t>& to, const void* from, std::size_t bytes) {
+  CUDA_CHECK(cudaMemcpy(to.get(), from, std::min(bytes, to.bytes()), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // as DeviceBuffer::upload: the DMA lands before any launch
+}
+std::vector<std::uint16_t> as_16bit(const std::vector<std::uint8_t>& bytes) {
+  std::vector<std::uint16_t> out(bytes.size() / sizeof(std::uint16_t));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(std::uint16_t));
+  return out;
 }
 
 // The seeded inputs on the host and on the device, and the output buffers every variant writes.
 struct AttentionBuffers {
   AttentionBuffers(const AttentionShape& shape, const RunOptions& options)
-      : q(random_tensor16(q_elements(shape), options.seed, kStreamQ, shape.dtype, options.q_scale)),
-        k(random_tensor16(kv_logical(shape), options.seed, kStreamK, shape.dtype, options.k_scale)),
-        v(random_tensor16(kv_logical(shape), options.seed, kStreamV, shape.dtype)),
+      : q(q_elements(shape), options, kStreamQ, shape.dtype, options.q_scale),
+        k(kv_logical(shape), options, kStreamK, shape.dtype, options.k_scale),
+        v(kv_logical(shape), options, kStreamV, shape.dtype, 1.0f),
         index(shape),
-        dq(q_elements(shape)), dk(kv_stored(shape)), dv(kv_stored(shape)), dout(q_elements(shape)),
+        dq(q_elements(shape) * element_bytes(shape.dtype)),
+        dk(kv_stored(shape) * element_bytes(shape.dtype)),
+        dv(kv_stored(shape) * element_bytes(shape.dtype)),
+        dout(q_elements(shape)),
         dlse(std::size_t(shape.rows())),
         dcu_q(shape.varlen() ? shape.batch + 1 : 0), dcu_k(shape.varlen() ? shape.batch + 1 : 0),
         dtable(shape.paged() ? std::size_t(shape.batch) * shape.pages_per_seq() : 0) {
-    dq.upload(q.bits);
-    if (shape.paged()) {
-      PagedCache cache = page_cache(shape, index, k.bits, v.bits, options.seed);
-      dk.upload(cache.k);
-      dv.upload(cache.v);
+    upload_bytes(dq, q.data(), q.bytes());
+    if (shape.paged()) {  // 16-bit only: validate() refuses a paged fp8 cache
+      PagedCache cache = page_cache(shape, index, k.drawn.bits, v.drawn.bits, options.seed);
+      upload_bytes(dk, cache.k.data(), cache.k.size() * sizeof(std::uint16_t));
+      upload_bytes(dv, cache.v.data(), cache.v.size() * sizeof(std::uint16_t));
       dtable.upload(cache.block_table);
       block_table = std::move(cache.block_table);
     } else {
-      dk.upload(k.bits);
-      dv.upload(v.bits);
+      upload_bytes(dk, k.data(), k.bytes());
+      upload_bytes(dv, v.data(), v.bytes());
     }
     if (shape.varlen()) {
       dcu_q.upload(index.cu_q);
       dcu_k.upload(index.cu_k);
     }
   }
-  Tensor16 q, k, v;  // K and V logical (unpaged)
+  InputTensor q, k, v;  // K and V logical (unpaged)
   RowIndex index;
-  DeviceBuffer<std::uint16_t> dq, dk, dv, dout;  // K and V as the layout stores them
+  DeviceBuffer<std::uint8_t> dq, dk, dv;  // bytes; K and V as the layout stores them
+  DeviceBuffer<std::uint16_t> dout;       // 16-bit: the element type, or fp8's bf16
   DeviceBuffer<float> dlse;
   DeviceBuffer<int> dcu_q, dcu_k, dtable;  // varlen, paged; empty otherwise
   std::vector<int> block_table;
@@ -112,23 +156,37 @@ struct AttentionBuffers {
 
 struct AttentionReferences {
   AttentionRows fp64, low;
+  AttentionRows unquantized;  // fp8: fp64 on the bf16 draws before quantization; empty otherwise
 };
 
-// The references of a sample of rows, at fp64 and at the element type's precision.
+// The references of a sample of rows, at fp64 and at the element type's precision (fp8: of the
+// dequantized inputs, which is what the kernel is given); for fp8 also the fp64 reference of the
+// same rows on the inputs before quantization, for Row::error_vs_unquantized.
 AttentionReferences attention_references(const AttentionShape& shape, const AttentionBuffers& in,
                                          const RunOptions& options) {
   AttentionReferences refs;
   const double work = double(shape.max_kv_len()) * shape.head_dim * 2;
   const auto selected = select_attention_rows(shape, reference_rows(options, work), options.seed);
   // The test suite's entries share these (common/reference_cache.hpp); the key is every input.
-  KeyHash key;
-  key.shape(shape).values(std::span<const std::int64_t>(selected));
-  key.values(std::span<const float>(in.q.value)).values(std::span<const float>(in.k.value));
-  key.values(std::span<const float>(in.v.value));
+  auto key_of = [&](const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v) {
+    KeyHash key;
+    key.shape(shape).values(std::span<const std::int64_t>(selected));
+    key.values(std::span<const float>(q)).values(std::span<const float>(k)).values(std::span<const float>(v));
+    return key;
+  };
+  const KeyHash key = key_of(in.q.value(), in.k.value(), in.v.value());
   for (const Precision p : {Precision::Fp64, Precision::Low})
     (p == Precision::Fp64 ? refs.fp64 : refs.low) = cached_reference(KeyHash(key).value(p).get(), [&] {
-      return attention_reference(shape, in.q.value, in.k.value, in.v.value, selected, p);
+      return attention_reference(shape, in.q.value(), in.k.value(), in.v.value(), selected, p);
     });
+  if (shape.dtype == DType::E4M3) {
+    const auto& q = in.q.drawn.value;
+    const auto& k = in.k.drawn.value;
+    const auto& v = in.v.drawn.value;
+    refs.unquantized = cached_reference(key_of(q, k, v).value(Precision::Fp64).get(), [&] {
+      return attention_reference(shape, q, k, v, selected, Precision::Fp64);
+    });
+  }
   return refs;
 }
 
@@ -145,14 +203,29 @@ struct AttentionDims {
   std::vector<std::int64_t> q, kv, lse;  // Q and O; K and V; the LSE
 };
 
+// --save of an fp8 problem's inputs: the e4m3 bytes as uint8 ("|u1"; NumPy has no e4m3, and
+// ml_dtypes.float8_e4m3fn reads the same bytes) and the descales, value = e4m3(byte) · descale.
+void save_fp8_inputs(const std::string& dir, const AttentionBuffers& in, const AttentionDims& dims) {
+  write_npy(dir + "/q.npy", "|u1", dims.q, in.q.data(), in.q.bytes());
+  write_npy(dir + "/k.npy", "|u1", dims.kv, in.k.data(), in.k.bytes());
+  write_npy(dir + "/v.npy", "|u1", dims.kv, in.v.data(), in.v.bytes());
+  const nlohmann::json descales = {
+      {"format", "OCP e4m3fn bytes (bias 7, max 448, 0x7F/0xFF NaN); value = e4m3(byte) * descale"},
+      {"q_descale", in.q.descale()}, {"k_descale", in.k.descale()}, {"v_descale", in.v.descale()}};
+  std::ofstream out(dir + "/descales.json");
+  out << descales.dump(1) << "\n";
+  if (!out) throw std::ios_base::failure("failed writing " + dir + "/descales.json");
+}
+
 // --save: the inputs (a paged K and V as the pool the kernels read), in `dir`.
 void save_attention_inputs(const std::string& dir, const AttentionShape& shape,
                            const AttentionBuffers& in, const AttentionDims& dims) {
   const DType dtype = shape.dtype;
   const std::int64_t B = shape.batch;
-  write_npy16(dir + "/q.npy", dtype, dims.q, in.q.bits);
-  write_npy16(dir + "/k.npy", dtype, dims.kv, shape.paged() ? in.dk.download() : in.k.bits);
-  write_npy16(dir + "/v.npy", dtype, dims.kv, shape.paged() ? in.dv.download() : in.v.bits);
+  if (dtype == DType::E4M3) return save_fp8_inputs(dir, in, dims);  // dense only (validate)
+  write_npy16(dir + "/q.npy", dtype, dims.q, in.q.drawn.bits);
+  write_npy16(dir + "/k.npy", dtype, dims.kv, shape.paged() ? as_16bit(in.dk.download()) : in.k.drawn.bits);
+  write_npy16(dir + "/v.npy", dtype, dims.kv, shape.paged() ? as_16bit(in.dv.download()) : in.v.drawn.bits);
   if (shape.varlen()) {
     write_npy(dir + "/cu_seqlens_q.npy", "<i4", {B + 1}, in.index.cu_q.data(), in.index.cu_q.size() * 4);
     write_npy(dir + "/cu_seqlens_k.npy", "<i4", {B + 1}, in.index.cu_k.data(), in.index.cu_k.size() * 4);
@@ -182,11 +255,14 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
   AttentionBuffers& b = p.buffers;
   auto workspace = std::make_shared<DeviceBuffer<std::uint8_t>>(variant.workspace_bytes(shape));
   workspace->zero();  // the contract of AttentionArgs::workspace (common/registry.hpp)
-  const AttentionArgs args = attention_args(
+  AttentionArgs args = attention_args(
       shape, b.dq.get(), b.dk.get(), b.dv.get(), b.dout.get(), b.dlse.get(), workspace->get(),
       {p.sm_count, p.session.gpu.l2_bytes},
       {shape.varlen() ? b.dcu_q.get() : nullptr, shape.varlen() ? b.dcu_k.get() : nullptr,
        shape.paged() ? b.dtable.get() : nullptr});
+  args.q_descale = b.q.descale();  // 1 unless fp8
+  args.k_descale = b.k.descale();
+  args.v_descale = b.v.descale();
   const auto launch = std::get<AttentionLaunch>(variant.launch);
 
   VariantHooks hooks;
@@ -198,14 +274,16 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
   hooks.download = [&b = p.buffers, &variant = ref.variant(), dtype = shape.dtype] {
     Output out;
     out.bits16 = b.dout.download();
-    out.values = widen(dtype, out.bits16);
+    out.values = widen(output_dtype(dtype), out.bits16);
     if (variant.writes_lse) out.lse = b.dlse.download();
     return out;
   };
   hooks.check = [&variant = ref.variant(), &ref64 = p.refs.fp64, &reflow = p.refs.low,
-                 &shape = p.shape](Row& r, const Output& out) {
+                 &unquantized = p.refs.unquantized, &shape = p.shape](Row& r, const Output& out) {
     r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o,
                                      shape.dtype);
+    if (!unquantized.rows.empty())
+      r.error_vs_unquantized = relative_rms_error(out.values, shape.head_dim, unquantized.rows, unquantized.o);
     if (variant.writes_lse) {
       std::vector<double> lse(ref64.rows.size());
       for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = out.lse[std::size_t(ref64.lse_at[i])];
@@ -218,7 +296,7 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
   };
   hooks.save = [&variant = ref.variant(), &dims = p.dims, &dir = p.dir, id = file_id(ref.id()),
                 dtype = shape.dtype](const Output& out) {
-    write_npy16(dir + "/o_" + id + ".npy", dtype, dims.q, out.bits16);
+    write_npy16(dir + "/o_" + id + ".npy", output_dtype(dtype), dims.q, out.bits16);
     if (variant.writes_lse)
       write_npy(dir + "/lse_" + id + ".npy", "<f4", dims.lse, out.lse.data(), out.lse.size() * 4);
   };

@@ -85,7 +85,7 @@ std::string save_directory(const RunOptions& options, const std::string& name) {
 std::string attention_save_name(const std::string& kind, const AttentionShape& shape) {
   std::string name = fmt::format("{}_B{}_H{}_N{}_D{}_{}{}", kind, shape.batch, shape.heads,
                                  shape.seqlen, shape.head_dim, shape.causal ? "causal" : "full",
-                                 shape.dtype == DType::BF16 ? "_bf16" : "");
+                                 shape.dtype == DType::F16 ? "" : std::string("_") + dtype_name(shape.dtype));
   if (shape.gqa()) name += fmt::format("_Hkv{}", shape.hkv());
   if (!shape.varlen() && shape.kv_len(0) != shape.seqlen) name += fmt::format("_Nkv{}", shape.kv_len(0));
   if (shape.varlen()) name += fmt::format("_varlen{}", shape.total_q());
@@ -94,6 +94,7 @@ std::string attention_save_name(const std::string& kind, const AttentionShape& s
 }
 
 // bf16, which NumPy has no type for, is widened to fp32 ("<f4"), which holds every bf16 value exactly.
+// fp8 is not 16 bits: widen() refuses it (its bytes are written as "|u1", run_attention.cpp).
 void write_npy16(const std::string& path, DType dtype, const std::vector<std::int64_t>& dims,
                  const std::vector<std::uint16_t>& bits) {
   if (dtype == DType::F16) {

@@ -39,6 +39,7 @@ inline double gib(double bytes) { return bytes / double(1ull << 30); }
 void ensure_host_fits(std::size_t bytes, const std::string& what);
 void ensure_fits(std::size_t bytes, const std::string& what);
 
+// 16-bit elements as float (E4M3 throws: widen an fp8 problem's O as output_dtype, bf16).
 std::vector<float> widen(DType dtype, const std::vector<std::uint16_t>& bits);
 std::int64_t count_nonfinite(const std::vector<float>& values);
 // Keeps the CPU reference to a few seconds: the rows it may check at `work_per_row` multiply-adds.
@@ -47,7 +48,8 @@ std::int64_t reference_rows(const RunOptions& options, double work_per_row);
 // ---- --save ---------------------------------------------------------------------------------
 // The directory `options.save_dir/name`, created; empty (and nothing created) without --save.
 std::string save_directory(const RunOptions& options, const std::string& name);
-// An attention problem's directory name (forward and backward alike): "attention_B4_H8_N4096_D64_full".
+// An attention problem's directory name (forward and backward alike): "attention_B4_H8_N4096_D64_full",
+// "_bf16" or "_fp8" appended for those.
 std::string attention_save_name(const std::string& kind, const AttentionShape& shape);
 // A 16-bit tensor as .npy: fp16 as it is, bf16 widened to fp32 (NumPy has no bf16).
 void write_npy16(const std::string& path, DType dtype, const std::vector<std::int64_t>& dims,

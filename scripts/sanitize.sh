@@ -130,10 +130,14 @@ problems_of() {
     # 12 each, W = 2 at D = 64 and 3 at 128; the splits of both row blocks meet at the counters.
     44) echo "serving --b 2 --heads 10 --kv-heads 2 --n 16 --kv-n 2300 --grid-sms 3"
         echo "serving --b 2 --heads 10 --kv-heads 2 --n 4 --kv-n 2300 --grid-sms 3" ;;
+    # 45 (FP8, D = 128 only): 33's problem in e4m3; the producer's three transposing warps walk the
+    # same 3-stage ring (and its Vᵀ twin) across the CTA's tiles, W >= 9 unmasked; GQA (group 2) too.
+    45) echo "base --b 1 --heads 2 --n 777 --grid-sms 3 --dtype fp8"
+        echo "serving --b 1 --heads 4 --kv-heads 2 --n 1050 --grid-sms 3 --dtype fp8" ;;
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-44"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-45"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0
@@ -155,7 +159,7 @@ while (($#)); do
 done
 step_list_re='^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$'
 [ -z "$steps" ] || [[ $steps =~ $step_list_re ]] || die_usage "--steps takes numbers and ranges like 3-6 or 0,3,5 (got '$steps')"
-[ -z "$dtype" ] || [[ $dtype =~ ^(fp16|bf16)(,(fp16|bf16))*$ ]] || die_usage "--dtype takes fp16, bf16 or fp16,bf16 (got '$dtype')"
+[ -z "$dtype" ] || [[ $dtype =~ ^(fp16|bf16|fp8)(,(fp16|bf16|fp8))*$ ]] || die_usage "--dtype takes fp16, bf16, fp8 or a list of them (got '$dtype')"
 [[ $limit =~ ^[0-9]+$ ]] && ((limit > 0)) || die_usage "--timeout takes a positive number of seconds (got '$limit')"
 if ((use_args)) && { [ -n "$steps" ] || [ -n "$dtype" ] || ((serving)) || ((print_only)); }; then
   die_usage "--args runs the executable as given: it does not combine with --steps, --dtype, --serving or --print-problems"

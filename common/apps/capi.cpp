@@ -29,7 +29,8 @@
 //                                const void* q, const void* k, const void* v, void* o,
 //                                float* lse, void* stream, char* error, int error_bytes);
 //
-// q, k, v, o (and d_o, dq, dk, dv): [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors;
+// q, k, v, o (and d_o, dq, dk, dv): [B, H, N, D] contiguous fp16 (bf16 = 1: bf16) device tensors
+// (fp16 and bf16 only: an fp8 variant of Part VIII is refused, with a message);
 // lse: [B, H, N] fp32, the natural log of the sum of exp(S / sqrt(D)) over each row (the forward
 // writes it where its variant does, and may be given null otherwise; the backward reads it);
 // stream: a cudaStream_t. The backward takes the forward's O and lse and writes dQ, dK, dV.
@@ -163,6 +164,12 @@ Prepared prepare(const char* id, const char* kind, const AttentionShape& shape, 
   std::string why;
   const ladder::Variant* variant = find_variant<Launch>(id ? id : "", kind, &why);
   if (!variant) throw CallError{why};
+  // The interface passes 16-bit tensors and no descales; an fp8 variant is the harness's alone.
+  if (shape.dtype == ladder::DType::E4M3 ||
+      std::none_of(variant->constraints.dtypes.begin(), variant->constraints.dtypes.end(),
+                   [](ladder::DType t) { return t != ladder::DType::E4M3; }))
+    throw CallError{std::string(id) + " runs fp8 only: this interface takes fp16 and bf16 tensors "
+                    "(FP8, Part VIII, runs in the harness: ladder --dtype fp8)"};
   if (auto bad = ladder::validate(shape)) throw CallError{*bad};
   const Device gpu = current_device();
   if (auto refused = variant->constraints.refuse(shape, gpu.sm))

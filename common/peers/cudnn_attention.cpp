@@ -21,6 +21,7 @@
 
 #include "common/check.hpp"
 #include "common/device_buffer.hpp"
+#include "common/peers/cudnn_fp8.hpp"  // 99/cudnn_fp8, the fp8 row (with cuDNN and without)
 #include "common/registry.hpp"
 
 #ifdef LADDER_HAVE_CUDNN
@@ -361,6 +362,7 @@ Step peers_step() {
                .nondeterministic()  // as above
                .with_lse()
                .as_peer())
+      .add(cudnn_fp8_variant())  // fp8 problems only: cudnn_fp8.cpp
       .main_is("cudnn");
 }
 
@@ -402,7 +404,8 @@ Step peers_step() {
                .refuse_if([](const AttentionShape&) -> std::optional<std::string> {
                  return cudnn_not_built_message(LADDER_CUDNN_MISSING);
                })
-               .as_peer());
+               .as_peer())
+      .add(cudnn_fp8_variant());  // the fp8 problems' row, saying the same (cudnn_fp8.cpp)
 }
 
 }  // namespace

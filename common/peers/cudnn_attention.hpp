@@ -9,14 +9,16 @@
 //                 when no gradient is needed)
 //   99/cudnn_lse  O and the log-sum-exp ("stats", natural log of the scaled logits), checked by the
 //                 harness like any variant's LSE
+//   99/cudnn_fp8  fp8 problems only (Part VIII): cuDNN's sdpa_fp8 graph, common/peers/cudnn_fp8.hpp
 //
 // Both serve Part VI's problems (common/problem.hpp) with cuDNN's own means: GQA as K/V tensors
 // of Hkv heads, decode as the causal diagonal aligned to the bottom right, a variable-length batch
 // as ragged offsets with a padding mask, a paged cache as the frontend's page tables. What cuDNN
 // declines among them is a skipped row with cuDNN's words (LibraryRefusal), never a failed one.
 //
-// Otherwise it registers one variant, 99/cudnn, that every problem refuses with
-// cudnn_not_built_message(): the table shows the row as skipped, saying how to enable it.
+// Otherwise it registers two variants, 99/cudnn (fp16, bf16) and 99/cudnn_fp8 (fp8), that every
+// problem refuses with cudnn_not_built_message(): the table shows the row as skipped, saying how to
+// enable it.
 //
 // Everything in this header is plain C++ (no cuDNN), so the CPU tests use it in every build.
 #pragma once

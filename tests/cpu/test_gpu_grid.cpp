@@ -178,3 +178,26 @@ TEST_CASE("the quick grid of a library peer: one and three heads, a short ragged
   CHECK(testing::ragged_grid(kFullSeqlens, mixed).size() == 2 * std::size(testing::kQuickSeqlens));
   CHECK_FALSE(testing::only_peers({}));
 }
+
+TEST_CASE("each dtype's grid runs on the variants that declare it: fp8 on fp8 variants only") {
+  auto launch = [](const AttentionArgs&, cudaStream_t) {};
+  Step step = attention_step(45, "fp8_forward", "FP8 forward");
+  step.add(attention_variant("fp16", "", launch))
+      .add(attention_variant("both", "", launch).for_dtypes({DType::F16, DType::BF16}))
+      .add(attention_variant("fp8", "", launch).for_dtypes({DType::E4M3}))
+      .add(attention_variant("all", "", launch).for_dtypes({DType::BF16, DType::E4M3}));
+  std::vector<VariantRef> refs;
+  for (std::size_t i = 0; i < step.variants.size(); ++i) refs.push_back({&step, i});
+  auto names = [](const std::vector<VariantRef>& v) {
+    std::vector<std::string> out;
+    for (const auto& r : v) out.push_back(r.variant().name);
+    return out;
+  };
+  CHECK(names(testing::declaring(refs, DType::F16)) == std::vector<std::string>{"fp16", "both"});
+  CHECK(names(testing::declaring(refs, DType::BF16)) == std::vector<std::string>{"both", "all"});
+  CHECK(names(testing::declaring(refs, DType::E4M3)) == std::vector<std::string>{"fp8", "all"});
+  // An fp8 grid gets the whole ragged grid (it is a lesson's, not a peer's).
+  GridEnv env(std::nullopt);
+  CHECK(testing::ragged_grid(kFullSeqlens, testing::declaring(refs, DType::E4M3)).size() ==
+        2 * std::size(testing::kQuickSeqlens));
+}

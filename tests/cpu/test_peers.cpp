@@ -1,20 +1,26 @@
 // The peers' CPU-side logic: the cuDNN graph cache and its keys, the "not built" row, the peer
-// step's registration, and the GEMM ceiling's check. No CUDA call here: these run on CI, in a build
+// step's registration, the cuDNN FP8 row's scales and verdict, and the GEMM ceiling's check. No CUDA call here: these run on CI, in a build
 // with cuDNN and in one without.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "common/compare.hpp"
+#include "common/dtype.hpp"
 #include "common/peers/cudnn_attention.hpp"
 #include "common/peers/cudnn_attention_backward.hpp"
+#include "common/peers/cudnn_fp8.hpp"
 #include "common/peers/gemm_ceiling.hpp"
 #include "common/registry.hpp"
+#include "common/report.hpp"
 #include "tests/catch.hpp"
 
 using namespace ladder;
@@ -213,10 +219,13 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
   with([](AttentionShape& s) { s.kv_heads = 1; s.q_lens = {7, 1}; s.kv_lens = {4097, 129}; s.page_size = 256; });
   const unsigned all_features = unsigned(Feature::Gqa) | unsigned(Feature::Decode) |
                                 unsigned(Feature::Varlen) | unsigned(Feature::Paged);
-  for (const Variant& v : step->variants) CHECK(v.constraints.features == all_features);
+  // The fp16/bf16 rows; the fp8 row (99/cudnn_fp8, the last) has its own test below.
+  REQUIRE(step->variants.back().name == "cudnn_fp8");
+  const std::vector<Variant> rows16(step->variants.begin(), step->variants.end() - 1);
+  for (const Variant& v : rows16) CHECK(v.constraints.features == all_features);
   if (cudnn_build_info().built) {
-    REQUIRE(step->variants.size() == 2);
-    for (const Variant& v : step->variants) {
+    REQUIRE(rows16.size() == 2);
+    for (const Variant& v : rows16) {
       CHECK(v.peer);
       for (const AttentionShape& s : part6) {
         CAPTURE(s.to_string());
@@ -231,7 +240,7 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
     CHECK(step->variants[1].name == "cudnn_lse");
     CHECK(step->variants[1].writes_lse);
   } else {
-    REQUIRE(step->variants.size() == 1);
+    REQUIRE(rows16.size() == 1);
     const auto why = step->variants[0].constraints.refuse(d64, 90);
     REQUIRE(why);
     CHECK(why->rfind("cudnn: not built — ", 0) == 0);
@@ -242,6 +251,129 @@ TEST_CASE("the peer step is registered as step 99 of the attention track", "[pee
       CHECK(part6_why->rfind("cudnn: not built — ", 0) == 0);
     }
   }
+}
+
+TEST_CASE("the cuDNN FP8 row's scales are powers of two that keep S and O inside e4m3", "[peers][fp8]") {
+  const float dq = 0x1p-3f, dk = 0x1p-5f, dv = 0x1p-4f;
+  const CudnnFp8Scales s = cudnn_fp8_scales(dq, dk, dv);
+  CHECK(s.descale_q == dq);  // Q, K, V: the harness's descales, as they are
+  CHECK(s.descale_k == dk);
+  CHECK(s.descale_v == dv);
+  // S (cuDNN's softmax output, FlashAttention's P) lies in [0, 1]: times 2^8 it stays below 448,
+  // with 3 fraction bits down to 2^-14, as the harness's low-precision reference rounds P.
+  CHECK(s.scale_s == 256.0f);
+  CHECK(s.scale_s == kE4M3PScale);
+  CHECK(s.scale_s < kE4M3Max);
+  CHECK(s.descale_s * s.scale_s == 1.0f);
+  // O: |O| <= max |V| <= 448 · descale_v, and S8's roundings may lift the sum of its weights above
+  // 1; scale_o = 1 / (2 · descale_v) leaves a factor 2 for them under e4m3's 448.
+  CHECK(s.scale_o == 8.0f);
+  CHECK(s.o_descale() == 2 * dv);
+  CHECK(kE4M3Max * dv * 1.5f * s.scale_o < kE4M3Max);
+  // The harness's own quantization of a V: its largest value lands at most at 224 in cuDNN's O.
+  const QuantizedTensor v = quantize_e4m3(std::vector<float>{0.25f, -1000.0f, 3.0f, 1e-3f});
+  const CudnnFp8Scales sv = cudnn_fp8_scales(1.0f, 1.0f, v.descale);
+  for (float x : v.value) CHECK(std::abs(x) * sv.scale_o <= kE4M3Max / 2);
+
+  // The widening is exact: each byte's value times a power of two, a bf16 exactly; NaN stays NaN
+  // (0xFF is the row's poison of cuDNN's O: an unwritten byte reaches the check as NaN).
+  int finite = 0;
+  for (int code = 0; code < 256; ++code) {
+    CAPTURE(code);
+    const auto byte = std::uint8_t(code);
+    const float x = cudnn_fp8_o_value(byte, s);
+    if (std::isnan(from_e4m3(byte))) {
+      CHECK(std::isnan(x));
+      continue;
+    }
+    ++finite;
+    CHECK(x == from_e4m3(byte) * 2 * dv);
+    CHECK(from_bits(DType::BF16, to_bits(DType::BF16, x)) == x);
+  }
+  CHECK(finite == 254);
+  CHECK(std::isnan(cudnn_fp8_o_value(0xFF, s)));
+
+  // A descale that is not a positive power of two would make every product round: refused.
+  for (float bad : {0.3f, 0.0f, -0.5f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(cudnn_fp8_scales(bad, 1.0f, 1.0f), std::invalid_argument);
+    CHECK_THROWS_AS(cudnn_fp8_scales(1.0f, bad, 1.0f), std::invalid_argument);
+    CHECK_THROWS_AS(cudnn_fp8_scales(1.0f, 1.0f, bad), std::invalid_argument);
+  }
+  CHECK_NOTHROW(cudnn_fp8_scales(0x1p-126f, 0x1p20f, 0x1p-20f));
+}
+
+TEST_CASE("the cuDNN FP8 row is step 99's for fp8 problems only, dense and GQA", "[peers][registry][fp8]") {
+  const Step* step = Registry::instance().find(99);
+  REQUIRE(step);
+  CHECK(step->variants.at(step->main_variant).name == "cudnn");  // the step's row stays the 16-bit one
+  const Variant* fp8 = Registry::instance().find_variant("99/cudnn_fp8");
+  REQUIRE(fp8);
+  CHECK(fp8->peer);
+  CHECK_FALSE(fp8->writes_lse);
+  CHECK(fp8->constraints.dtypes == std::vector<DType>{DType::E4M3});
+  CHECK(fp8->constraints.features == unsigned(Feature::Gqa));
+
+  std::vector<AttentionShape> served;
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      for (int kv_heads : {0, 2}) {  // dense, and GQA of 4 query heads a K/V head
+        AttentionShape s{2, 8, 257, d, causal, DType::E4M3};
+        s.kv_heads = kv_heads;
+        REQUIRE_FALSE(validate(s));
+        served.push_back(s);
+      }
+  const AttentionShape fp16{2, 8, 257, 128, true}, bf16{2, 8, 257, 128, true, DType::BF16};
+  const AttentionShape d96{2, 8, 257, 96, true, DType::E4M3};
+  REQUIRE_FALSE(validate(d96));
+
+  if (cudnn_build_info().built) {
+    for (const AttentionShape& s : served) {
+      CAPTURE(s.to_string());
+      CHECK_FALSE(fp8->constraints.refuse(s, 90));
+      CHECK(fp8->constraints.refuse(s, 89));  // cuDNN's FP8 SDPA needs Hopper
+    }
+    CHECK(fp8->constraints.refuse(fp16, 90));  // 99/cudnn's problems, not this row's
+    CHECK(fp8->constraints.refuse(bf16, 90));
+    CHECK(fp8->constraints.refuse(d96, 90));   // the ladder's head dimensions only
+    // Its e4m3 O is past the bf16 pass rule: declared, so its error shows as a multiple of the
+    // tolerance, and it says where its widening to bf16 is timed.
+    CHECK(fp8->approximate == kCudnnFp8Approximate);
+    CHECK(contains(fp8->description, cudnn_fp8_widening_untimed() ? "after the timed launch"
+                                                                  : "inside the timed launch"));
+  } else {
+    for (const AttentionShape& s : served) {
+      CAPTURE(s.to_string());
+      const auto why = fp8->constraints.refuse(s, 90);
+      REQUIRE(why);
+      CHECK(why->rfind("cudnn: not built — ", 0) == 0);
+      CHECK(contains(*why, cudnn_build_info().missing));
+    }
+  }
+}
+
+TEST_CASE("the cuDNN FP8 row's verdict is its error as a multiple of the tolerance, never a hidden one",
+          "[peers][fp8][report]") {
+  Row row;
+  row.approximate = kCudnnFp8Approximate;
+  ErrorStats e;
+  e.checked = e.total = 1024;
+  e.tolerance = 1e-2;
+  e.max_abs = e.worst_error = 3e-2;  // three times the tolerance: e4m3's O, as expected
+  row.error = e;
+  CHECK(row.status_text() == "approx");
+  const std::string said = e.approx_verdict(row.approximate);
+  CHECK(contains(said, "e4m3"));
+  CHECK(contains(said, "3.0× the tolerance"));
+  CHECK_FALSE(contains(said, "FAIL"));
+  e.max_abs = e.worst_error = (kApproximateSlack + 1) * e.tolerance;  // past the slack: a bug
+  row.error = e;
+  CHECK(row.status_text() == "FAIL");
+  e.max_abs = e.worst_error = 1e-2;
+  e.nonfinite = 1;  // a byte cuDNN did not write (the row's poison) is never excused
+  row.error = e;
+  CHECK(row.status_text() == "FAIL");
 }
 
 TEST_CASE("a cuDNN backward graph key holds everything the graph bakes in", "[peers][backward]") {

@@ -1,4 +1,5 @@
 // JSON results round trip, and the .npy header.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +80,23 @@ TEST_CASE("results JSON round trip", "[json]") {
   CHECK(rows[1]["note"] == "needs compute capability 9.0");
   CHECK_FALSE(rows[1].contains("median_ms"));
   CHECK(all_passed(report));
+}
+
+TEST_CASE("an fp8 row's error against the unquantized inputs is in the JSON, and only there", "[json][fp8]") {
+  Report report = sample_report();
+  report.runs[0].rows[0].error_vs_unquantized = 0.0425;
+  report.runs[0].rows.push_back(report.runs[0].rows[0]);
+  report.runs[0].rows[2].error_vs_unquantized = std::nan("");
+  const auto j = to_json(report);
+  const auto& rows = j["runs"][0]["rows"];
+  CHECK(rows[0]["error_vs_unquantized"] == 0.0425);
+  CHECK_FALSE(rows[1].contains("error_vs_unquantized"));  // a 16-bit row has none
+  CHECK(rows[2]["error_vs_unquantized"].is_null());       // not finite: null, as rel_l2 is
+  CHECK(all_passed(report));  // a measurement, not a verdict
+}
+
+TEST_CASE("npy header of fp8 bytes", "[npy][fp8]") {
+  CHECK(npy_header("|u1", {2, 8, 17, 64}).find("'descr': '|u1'") != std::string::npos);
 }
 
 TEST_CASE("a failed check or a differing deterministic rerun fails the report", "[json]") {

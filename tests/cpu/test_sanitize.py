@@ -90,6 +90,10 @@ RINGS = {
     34: ([ring("K/V ring across tiles, 4 stages", "persistent", 4, 128, 192, d=(64,))],
          {"present": ["variant<4>(", "static constexpr int kConsumers = 3;", "kBlockM = 64 * kConsumers;",
                       "three consumers' O accumulators do not fit at D = 128"]}),
+    45: ([ring("K/V and Vt ring across tiles", "persistent", 3, 128, 128, d=(128,))],
+         {"present": ["static constexpr int kStages = 3;", "static constexpr int kBlockN = 128;",
+                      "static constexpr int kConsumers = 2;", "kBlockM = 64 * kConsumers;",
+                      "static constexpr int kHeadDim = 128;"]}),
     23: ([], {"absent": ["__shared__", "kStages"]}),
     24: ([ring("Q/dO ring", "bwd", 2, {64: 128, 128: 64})],
          {"present": ["kBlockM = kHeadDim_ == 64 ? 128 : 64;", "static constexpr int kStages = 2;"]}),
@@ -178,6 +182,7 @@ def parse_problem(args):
         elif k == "--varlen": p["varlen"].append(ints(v))
         elif k == "--grid-sms": p["grid_sms"] = int(v)
         elif k in ("--gemm", "--count"): pass
+        elif k == "--dtype": p["dtype"] = v  # the element type changes no ring's walk
         else: raise ValueError(f"unknown option {k} in a problem: {args}")
         i += 2
     return p
@@ -376,7 +381,7 @@ def test_arguments(tmp):
     for bad, why in ((["--no-such-option", "x"], "unknown option"),
                      (["--steps", "3-x", "--print-problems"], "--steps takes"),
                      (["--steps", "9-3", "--print-problems"], "runs backwards"),
-                     (["--steps", "45", "--print-problems"], "there is no step 45"),
+                     (["--steps", "46", "--print-problems"], "there is no step 46"),
                      (["--steps", "99", "--print-problems"], "there is no step 99"),
                      (["--dtype", "fp32", "--print-problems"], "--dtype takes"),
                      (["--timeout", "0", "--print-problems"], "--timeout takes"),

@@ -1,6 +1,7 @@
 // The verdict every attention row of a GPU test must meet (test_attention.cpp, test_serving.cpp).
 #pragma once
 
+#include <cmath>
 #include <span>
 
 #include "common/runner.hpp"
@@ -38,6 +39,14 @@ inline void check_attention_run(const ProblemRun& run, std::span<const VariantRe
         INFO("log-sum-exp: " << r.lse_error->verdict());
         CHECK(r.lse_error->pass);
       }
+    }
+    // fp8: the error against the unquantized inputs is reported for every row that was checked
+    // (a measurement, not a verdict: only that it is there and finite is the runner's to keep).
+    if (shape.dtype == DType::E4M3) {
+      REQUIRE(r.error_vs_unquantized);
+      CHECK(std::isfinite(*r.error_vs_unquantized));
+    } else {
+      CHECK_FALSE(r.error_vs_unquantized);
     }
     REQUIRE(r.rerun_identical);
     if (r.deterministic) CHECK(*r.rerun_identical);  // no atomics, no races: same bits every time

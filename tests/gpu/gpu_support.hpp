@@ -1,6 +1,7 @@
 // Shared by the GPU tests: the session (created once in main), which step to test, and which grid.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <span>
 #include <stdexcept>
@@ -28,6 +29,17 @@ inline std::vector<VariantRef> variants_of(Kind kind) {
   return out;
 }
 
+// The variants among `variants` that declare `dtype` (Variant::for_dtypes): only they run a problem
+// of that type, so a grid in bf16 or fp8 is run on them alone (the others refuse it unrun).
+inline std::vector<VariantRef> declaring(std::span<const VariantRef> variants, DType dtype) {
+  std::vector<VariantRef> out;
+  for (const auto& ref : variants) {
+    const auto& types = ref.variant().constraints.dtypes;
+    if (std::find(types.begin(), types.end(), dtype) != types.end()) out.push_back(ref);
+  }
+  return out;
+}
+
 // Check-only options: no timing, every row against the reference where affordable.
 inline RunOptions check_options() {
   RunOptions o;
@@ -41,8 +53,8 @@ inline RunOptions check_options() {
 // --full, and scripts/round.sh's test stage) --------------------------------------------------
 // Every ctest entry recomputes the fp64 CPU reference of each shape it runs (and the cuDNN peers
 // build a graph per shape), so the grid is what the suite's time is made of. The quick grid keeps
-// every property the full one checks — ragged N for every tile, both masks, both head dims, both
-// dtypes, B·H of 1 and 3, the K/V ring wrapping — at a fraction of its cost; the full grid is the
+// every property the full one checks — ragged N for every tile, both masks, both head dims, every
+// dtype, B·H of 1 and 3, the K/V ring wrapping — at a fraction of its cost; the full grid is the
 // one the rounds run. An unknown value throws (a failed test): a typo must not run the quick grid
 // while its caller believes it ran the full one.
 inline bool full_grid() {

@@ -1,9 +1,18 @@
 // Every attention variant against the fp64 reference on a grid of ragged shapes.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
-#include <vector>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <span>
+#include <string>
+#include <vector>
 
+#include "common/npy.hpp"
+#include "common/random.hpp"
+#include "common/run_shared.hpp"
 #include "common/runner.hpp"
 #include "tests/catch.hpp"
 #include "tests/gpu/gpu_support.hpp"
@@ -40,25 +49,21 @@ TEST_CASE("attention: ragged grid, causal and not", "[gpu][attention]") {
 }
 
 namespace {
-// The variants that declare bf16 (Variant::for_dtypes); the others refuse it and are not run.
-std::vector<VariantRef> bf16_variants() {
-  std::vector<VariantRef> out;
-  for (const auto& ref : testing::variants_of(Kind::Attention)) {
-    const auto& types = ref.variant().constraints.dtypes;
-    if (std::find(types.begin(), types.end(), DType::BF16) != types.end()) out.push_back(ref);
-  }
-  return out;
+// The variants that declare `dtype` (Variant::for_dtypes); the others refuse it and are not run.
+std::vector<VariantRef> variants_running(DType dtype) {
+  return testing::declaring(testing::variants_of(Kind::Attention), dtype);
 }
-}  // namespace
 
-TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu][attention][bf16]") {
-  const auto variants = bf16_variants();
-  if (variants.empty()) return;  // no variant of this ctest entry's step runs bf16
+// The ragged grid, causal and not, then the large-logit problems (causal), in `dtype`, on the
+// variants that declare it: bf16's and fp8's grids are the fp16 one's.
+void check_grid_in(DType dtype) {
+  const auto variants = variants_running(dtype);
+  if (variants.empty()) return;  // no variant of this ctest entry's step runs this type
   for (const auto [heads, n] : testing::ragged_grid(kSeqlens, variants))
     for (int d : kHeadDims)
       for (bool causal : {false, true}) {
         const AttentionShape shape{.batch = 1, .heads = heads, .seqlen = n, .head_dim = d,
-                                   .causal = causal, .dtype = DType::BF16};
+                                   .causal = causal, .dtype = dtype};
         testing::check_attention_run(run_attention(testing::session(), shape, variants, testing::check_options()),
                                      variants, shape);
         REQUIRE_FALSE(testing::session().context_lost);
@@ -68,9 +73,63 @@ TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu]
   options.k_scale = 3.0f;
   for (int d : kHeadDims) {
     const AttentionShape shape{.batch = 2, .heads = 3, .seqlen = testing::long_seqlen(), .head_dim = d,
-                               .causal = true, .dtype = DType::BF16};
+                               .causal = true, .dtype = dtype};
     testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
   }
+}
+}  // namespace
+
+TEST_CASE("attention in bf16: ragged grid, causal and not, large logits", "[gpu][attention][bf16]") {
+  check_grid_in(DType::BF16);
+}
+
+// Part VIII: Q, K, V quantized to e4m3 per tensor, O in bf16 (common/dtype.hpp), checked against
+// the references of the quantized inputs (compare.hpp says why that is the issue's rule).
+TEST_CASE("attention in fp8: ragged grid, causal and not, large logits", "[gpu][attention][fp8]") {
+  check_grid_in(DType::E4M3);
+}
+
+// The runner's side of fp8, whichever variants run it (with none, every row is skipped): the
+// inputs it saves are the bf16 draws of the same seed quantized per tensor (common/dtype.hpp),
+// bytes and descales, and the rows that do not declare fp8 are skipped for that reason.
+TEST_CASE("attention in fp8: the inputs are the bf16 draws quantized, saved as bytes and descales",
+          "[gpu][attention][fp8]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;
+  const AttentionShape shape{.batch = 1, .heads = 2, .seqlen = 113, .head_dim = 64, .causal = true,
+                             .dtype = DType::E4M3};
+  const auto dir = std::filesystem::temp_directory_path() / ("ladder_fp8_" + std::to_string(std::random_device{}()));
+  RunOptions options = testing::check_options();
+  options.save_dir = dir.string();
+  options.q_scale = 5.0f;
+  const ProblemRun run = run_attention(testing::session(), shape, variants, options);
+  testing::check_attention_run(run, variants, shape);
+  REQUIRE(run.rows.size() == variants.size());
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    if (!testing::declaring({&variants[i], 1}, DType::E4M3).empty()) continue;
+    INFO(run.rows[i].id << ": " << run.rows[i].note);
+    CHECK(run.rows[i].status == Row::Status::Skipped);  // never run on bytes it would read as 16-bit
+  }
+  const auto folder = dir / "attention_B1_H2_N113_D64_causal_fp8";
+  std::ifstream q_file(folder / "q.npy", std::ios::binary), json_file(folder / "descales.json");
+  REQUIRE(q_file.good());
+  REQUIRE(json_file.good());
+  const std::string q_bytes{std::istreambuf_iterator<char>(q_file), std::istreambuf_iterator<char>()};
+  const nlohmann::json descales = nlohmann::json::parse(json_file);
+  const std::string header = npy_header("|u1", {1, 2, 113, 64});
+  REQUIRE(q_bytes.size() == header.size() + std::size_t(shape.elements()));
+  CHECK(q_bytes.substr(0, header.size()) == header);
+  const QuantizedTensor expected = quantize_e4m3(
+      random_tensor16(std::size_t(shape.elements()), options.seed, run_detail::kStreamQ, DType::BF16, options.q_scale).value);
+  CHECK(descales["q_descale"].get<float>() == expected.descale);
+  CHECK(std::equal(expected.bits.begin(), expected.bits.end(),
+                   reinterpret_cast<const std::uint8_t*>(q_bytes.data() + header.size())));
+  for (const char* name : {"k_descale", "v_descale"}) {
+    int exponent = 0;
+    CHECK(std::frexp(descales[name].get<float>(), &exponent) == 0.5f);  // powers of two
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST_CASE("attention: large logits (Q×5, K×3)", "[gpu][attention]") {
@@ -150,12 +209,13 @@ TEST_CASE("attention: a large problem, every (head, tile) checked", "[gpu][large
   const AttentionShape shape{.batch = 6, .heads = 9, .seqlen = 4224, .head_dim = 64, .causal = false};
   REQUIRE(shape.rows() <= options.max_reference_rows);  // the sample is the budget's, not this cap's
   testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
-  // And in bf16, for the variants that run it (D = 128, causal: the other corner of the grid).
-  if (const auto bf16 = bf16_variants(); !bf16.empty()) {
-    const AttentionShape b{.batch = 2, .heads = 9, .seqlen = 4224, .head_dim = 128, .causal = true,
-                           .dtype = DType::BF16};
-    testing::check_attention_run(run_attention(testing::session(), b, bf16, options), bf16, b);
-  }
+  // And in bf16 and fp8, for the variants that run them (D = 128, causal: the other corner of the grid).
+  for (DType dtype : {DType::BF16, DType::E4M3})
+    if (const auto these = variants_running(dtype); !these.empty()) {
+      const AttentionShape b{.batch = 2, .heads = 9, .seqlen = 4224, .head_dim = 128, .causal = true,
+                             .dtype = dtype};
+      testing::check_attention_run(run_attention(testing::session(), b, these, options), these, b);
+    }
 }
 
 TEST_CASE("the same kernel timed twice is reported the same speed", "[gpu][timing]") {

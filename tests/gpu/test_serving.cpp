@@ -21,19 +21,14 @@ std::vector<VariantRef> serving(unsigned needed) {
   return out;
 }
 
-bool runs_bf16(const VariantRef& ref) {
-  const auto& types = ref.variant().constraints.dtypes;
-  return std::find(types.begin(), types.end(), DType::BF16) != types.end();
-}
-
-// Runs `shape` in fp16 and, for the variants that declare it, in bf16.
-void check_both_types(const std::vector<VariantRef>& variants, AttentionShape shape,
+// Runs `shape` in fp16 and, for the variants that declare them, in bf16 and in fp8 (where an fp8
+// problem of that layout exists: validate() admits GQA, and refuses decode, varlen and paged).
+void check_every_type(const std::vector<VariantRef>& variants, AttentionShape shape,
                       const RunOptions& options = testing::check_options()) {
-  for (DType dtype : {DType::F16, DType::BF16}) {
+  for (DType dtype : {DType::F16, DType::BF16, DType::E4M3}) {
     shape.dtype = dtype;
-    std::vector<VariantRef> these;
-    for (const auto& ref : variants)
-      if (dtype == DType::F16 || runs_bf16(ref)) these.push_back(ref);
+    if (dtype == DType::E4M3 && validate(shape)) continue;
+    const std::vector<VariantRef> these = dtype == DType::F16 ? variants : testing::declaring(variants, dtype);
     if (these.empty()) continue;
     testing::check_attention_run(run_attention(testing::session(), shape, these, options), these, shape);
     REQUIRE_FALSE(testing::session().context_lost);
@@ -69,7 +64,7 @@ TEST_CASE("GQA: group sizes 1, 4 and 8 on a ragged grid", "[gpu][serving][gqa]")
     for (bool causal : {false, true}) {
       const AttentionShape shape{.batch = 2, .heads = 8, .seqlen = n, .head_dim = d,
                                  .causal = causal, .kv_heads = kv_heads};
-      check_both_types(variants, shape);
+      check_every_type(variants, shape);
     }
 }
 
@@ -102,7 +97,7 @@ TEST_CASE("decode: 1, 7 and 16 queries against caches of 1 to 4097 keys (2049 in
       std::vector<VariantRef> these;  // a decode variant without GQA runs group 1 only
       for (const auto& ref : variants)
         if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
-      if (!these.empty()) check_both_types(these, shape);
+      if (!these.empty()) check_every_type(these, shape);
     }
 }
 
@@ -130,7 +125,7 @@ TEST_CASE("decode: speculative 2-16 queries at groups 5 and 8, up to 128 packed 
   for (const auto& [heads, d, nq, nk] : points)
     for (bool causal : {false, true}) {
       if (causal && nq > nk) continue;  // aligned to the end, the first queries see no key
-      check_both_types(variants, {.batch = 2, .heads = heads, .seqlen = nq, .head_dim = d,
+      check_every_type(variants, {.batch = 2, .heads = heads, .seqlen = nq, .head_dim = d,
                                   .causal = causal, .kv_heads = 2, .kv_seqlen = nk});
     }
 }
@@ -144,11 +139,11 @@ TEST_CASE("decode: large logits and a second seed", "[gpu][serving][decode]") {
   for (bool causal : {false, true}) {
     const AttentionShape shape{.batch = 2, .heads = 4, .seqlen = 7, .head_dim = 128,
                                .causal = causal, .kv_heads = 4, .kv_seqlen = 3001};
-    check_both_types(variants, shape, options);
+    check_every_type(variants, shape, options);
   }
   options = testing::check_options();
   options.seed = 7;
-  check_both_types(variants, {.batch = 5, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
+  check_every_type(variants, {.batch = 5, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
                               .kv_seqlen = 20000}, options);
 }
 
@@ -174,10 +169,10 @@ TEST_CASE("varlen: a packed batch of ragged lengths", "[gpu][serving][varlen]") 
         for (const auto& ref : variants)
           if (!shape.gqa() || (ref.variant().constraints.features & kGqa)) these.push_back(ref);
         if (these.empty()) continue;
-        check_both_types(these, shape);
+        check_every_type(these, shape);
       }
   // One sequence alone, of one token: the smallest batch there is.
-  check_both_types(variants, {.batch = 1, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
+  check_every_type(variants, {.batch = 1, .heads = 4, .seqlen = 1, .head_dim = 64, .kv_heads = 4,
                               .q_lens = {1}});
 }
 
@@ -210,6 +205,6 @@ TEST_CASE("paged: pages of 16, 64 and 256 rows, scattered", "[gpu][serving][page
         if ((ref.variant().constraints.features & (kGqa | kDecode)) == (kGqa | kDecode))
           these.push_back(ref);
       if (these.empty()) continue;
-      check_both_types(these, shape);
+      check_every_type(these, shape);
     }
 }

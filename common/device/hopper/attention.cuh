@@ -43,7 +43,10 @@ __device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], int row0, i
 // caller to apply to O — separately, because from step 19 on O may still be in the tensor cores'
 // hands when the softmax runs. A row with no visible key yet keeps m = −inf; it is computed
 // against 0 so that exp2 sees −inf, not NaN (−inf − −inf).
-template <int kBlockN>
+//
+// kPLog2Offset (Part VIII's FP8, fp8.cuh): P is computed as exp(s·scale − m_new) · 2^kPLog2Offset,
+// and the row sum with it, so that P lands in e4m3's normal range; O / l is unchanged.
+template <int kBlockN, int kPLog2Offset = 0>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&row_max)[2],
                                                float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
@@ -57,12 +60,14 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&
     const float m_scaled = (m == -INFINITY) ? 0.f : m * scale_log2;
     rescale[h] = ptx::exp2_approx(row_max[h] * scale_log2 - m_scaled);
     row_max[h] = m;
+    float p_bias = m_scaled;  // exp2's argument is s·scale_log2 − p_bias
+    if constexpr (kPLog2Offset != 0) p_bias -= float(kPLog2Offset);
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float p = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_scaled));
+        const float p = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -p_bias));
         s[4 * j + 2 * h + e] = p;
         sum += p;
       }

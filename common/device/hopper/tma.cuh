@@ -51,25 +51,31 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// ---- Host: encode the map of one [B·H][N][D] fp16 or bf16 tensor with a box of `box_rows` rows ---
-// `box_column_blocks` is D/64 (a whole row of each box row) unless a kernel copies one 64-column
-// block at a time (step 20's store of a warpgroup's rows).
+// ---- Host: encode the map of one [B·H][N][D] tensor with a box of `box_rows` rows --------------
+// `box_column_blocks` is the number of 128-byte column blocks (D/64 at 16 bits, D/128 for Part
+// VIII's one-byte e4m3) — a whole row of each box row — unless a kernel copies one column block at
+// a time (step 20's store of a warpgroup's rows). A column block is the swizzle's 128 bytes: 64
+// fp16/bf16 elements or 128 e4m3 ones.
 template <class Element>
 CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int head_dim,
                                       int box_rows, int box_column_blocks = 0) {
-  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>);
+  static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16> ||
+                std::is_same_v<Element, std::uint8_t>);
   // The engine copies bytes; the type only matters to its out-of-bounds fill and to tools.
-  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>
-                                            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>          ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                        : std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                                 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  constexpr int kBlockColumns = 128 / int(sizeof(Element));  // elements of one 128-byte column block
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (head_dim % 64 != 0) throw std::invalid_argument("TMA tiles need D to be a multiple of 64");
+  if (head_dim % kBlockColumns != 0)
+    throw std::invalid_argument("TMA tiles need D to be a multiple of " + std::to_string(kBlockColumns));
   const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(Element);
-  const cuuint64_t sizes[4] = {64, cuuint64_t(n), cuuint64_t(head_dim / 64), cuuint64_t(bh)};
+  const cuuint64_t sizes[4] = {cuuint64_t(kBlockColumns), cuuint64_t(n), cuuint64_t(head_dim / kBlockColumns),
+                               cuuint64_t(bh)};
   // Strides of dims 1..3 in bytes (dim 0 is contiguous); each a multiple of 16.
-  const cuuint64_t strides[3] = {row_bytes, 64 * sizeof(Element), row_bytes * cuuint64_t(n)};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows),
-                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / 64), 1};
+  const cuuint64_t strides[3] = {row_bytes, 128, row_bytes * cuuint64_t(n)};
+  const cuuint32_t box[4] = {cuuint32_t(kBlockColumns), cuuint32_t(box_rows),
+                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / kBlockColumns), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map{};
   const CUresult r = encode(&map, kType, 4, const_cast<Element*>(base),

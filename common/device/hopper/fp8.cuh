@@ -1,0 +1,248 @@
+// The pieces of an FP8 (e4m3) attention forward on Hopper (Part VIII), beside the fp16/bf16 ones.
+//
+// An 8-bit wgmma (m64nNk32: 32 keys or head dims per instruction, twice the 16-bit k16) runs at
+// twice the 16-bit rate, and it changes three things the Part IV kernels took for granted:
+//
+//   1. Both shared-memory operands must be K-major (the reduction dimension contiguous): the
+//      8-bit forms have no imm-trans. Q·Kᵀ is K-major already (Q and K rows are D bytes). P·V is
+//      reduced over keys, and V is stored [keys][D]: its keys are the strided dimension. So the
+//      producer transposes each V block in shared memory into Vᵀ [D][keys] (transpose_v_block).
+//   2. The A operand of P·V, from registers, holds four consecutive keys per 32-bit register
+//      (k = 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3 of a k32 slice), while S's fp32 accumulator
+//      gives a thread the pairs 2t, 2t + 1 of every 8 columns. Rather than shuffling P between
+//      threads, each thread packs the columns it has (8j + 2t + e, four j of a slice) into the
+//      A slots it owns, and the transpose writes Vᵀ's keys in the same permuted order: a sum over
+//      keys does not care in which order its terms come, as long as P and V agree (kPermutedKey).
+//   3. P is quantized to e4m3 for P·V. e4m3 keeps 3 fraction bits and its normal range starts at
+//      2^-6; P = exp(s − max) ∈ [0, 1], so unscaled most of it would be subnormal or zero. The
+//      softmax computes P · 2^8 instead (FlashAttention-3's offset: the row max becomes 256, below
+//      e4m3's largest 448), and the row sum carries the same factor, which cancels in O / l.
+//
+// Tiles here are 128-byte rows of 128 one-byte elements: a D = 128 row of Q or K, a 128-key row of
+// Vᵀ. Byte for byte they are the 16-bit kernels' 64-column blocks, so the 128-byte swizzle, the
+// TMA boxes and the descriptors (desc_k_major, SBO = 1024) are unchanged; only the k step is 32
+// elements where it was 16.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "common/device/hopper/arch.cuh"
+#include "common/device/hopper/attention.cuh"
+#include "common/device/hopper/barriers.cuh"
+#include "common/device/hopper/mbarrier.cuh"
+#include "common/device/hopper/gemm.cuh"
+#include "common/device/hopper/smem.cuh"
+#include "common/device/ptx.cuh"
+
+namespace ladder::hopper {
+
+inline constexpr int kFp8RowBytes = 128;  // one swizzled row: 128 e4m3 elements
+inline constexpr int kFp8K = 32;          // elements per k step of an 8-bit wgmma
+// log2 of the factor P carries into P·V (point 3 above): P · 2^8 ∈ [0, 256] ⊂ e4m3's [0, 448].
+inline constexpr int kPLog2Offset = 8;
+
+// ---- The shared memory of the FP8 forward ------------------------------------------------------
+//   q       the CTA's kBlockM query rows, [kBlockM][128] bytes, 128-byte swizzle
+//   k       the K ring, [kStages][kBlockN][128]
+//   v       V blocks as TMA lands them, [kStages][kBlockN][128] ([keys][D])
+//   vt      the same blocks transposed by the producer, [kStages][D][kBlockN] ([D][keys], keys
+//           permuted within each k32 slice: kPermutedKey), the B operand of P·V
+// No O staging: at one byte an element Q's buffer is half O's bf16 rows, and the 32 KB a staging
+// buffer would take is a fourth ring stage instead (the transpose's slack, below); O goes to
+// global memory from registers (store_o_rows_fp8), once a tile.
+// Barriers: the ring's kv_full (K and V landed: the consumers' S and the transposers wait on it),
+// vt_full (Vᵀ written: the consumers' P·V waits on it), kv_empty (the consumers are done with the
+// stage's K and Vᵀ, and so the transposers with its V); Q's pair as in AttentionStorage.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+struct Fp8AttentionStorage {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim;   // one byte an element
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim;  // one of K, V or Vᵀ
+  static_assert(kHeadDim == kFp8RowBytes && kBlockN == kFp8RowBytes,
+                "one swizzled 128-byte row per Q/K row and per Vt row (D = 128, 128-key blocks)");
+
+  alignas(kSwizzleAlign) std::uint8_t q[kQBytes];
+  alignas(kSwizzleAlign) std::uint8_t k[kStages][kKVBytes];
+  alignas(kSwizzleAlign) std::uint8_t v[kStages][kKVBytes];
+  alignas(kSwizzleAlign) std::uint8_t vt[kStages][kKVBytes];
+  std::uint64_t q_full;
+  std::uint64_t q_empty;
+  std::uint64_t kv_full[kStages];
+  std::uint64_t kv_empty[kStages];
+  std::uint64_t vt_full[kStages];  // one arrival per transposer warp
+};
+
+// ---- The key order inside a k32 slice ----------------------------------------------------------
+// A slot k = 16h + 4t + f of the A operand (h = 0, 1; quad lane t; byte f = 0..3 of the register)
+// is filled from the accumulator column j = 2h + f / 2 (of the slice's four n8 tiles), pair
+// element e = f % 2: the key 8j + 2t + e. The inverse, used by the transpose: which key of the
+// slice lands in slot k.
+__host__ __device__ constexpr int kPermutedKey(int k) {
+  const int h = k / 16, t = (k % 16) / 4, f = k % 4;
+  return 16 * h + 8 * (f / 2) + 2 * t + f % 2;
+}
+
+#if LADDER_SM90A
+// ---- 8-bit wgmma: m64n128k32, e4m3 × e4m3 → fp32 ------------------------------------------------
+#define LADDER_WGMMA8_ACC128 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define LADDER_WGMMA8_REGS128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63}"
+
+// SS: A and B K-major in shared memory (S = Q Kᵀ); accumulate = 0 overwrites D (the first k step).
+// No imm-trans operands: the 8-bit forms have none (point 1 above).
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " LADDER_WGMMA8_REGS128
+               ", %64, %65, p, 1, 1;\n}\n"
+               : LADDER_WGMMA8_ACC128
+               : "l"(a), "l"(b), "r"(accumulate));
+}
+// RS: A (P) from registers, four e4m3 per register; B (Vᵀ) K-major in shared memory; O +=.
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " LADDER_WGMMA8_REGS128
+               ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+               : LADDER_WGMMA8_ACC128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#undef LADDER_WGMMA8_ACC128
+#undef LADDER_WGMMA8_REGS128
+
+// S (64 × 128) = Q (64 × 128) · Kᵀ: four k32 steps, 32 bytes apart in the 128-byte rows.
+__device__ __forceinline__ void issue_qk_e4m3(float (&s)[64], std::uint64_t q_desc, std::uint64_t k_desc) {
+#pragma unroll
+  for (int kk = 0; kk < kFp8RowBytes / kFp8K; ++kk)
+    wgmma_e4m3_ss(s, desc_advance(q_desc, kk * kFp8K), desc_advance(k_desc, kk * kFp8K), kk > 0);
+}
+// O (64 × 128) += P (64 × 128 keys) · V: B is Vᵀ's rows (head dims) of 128 permuted keys.
+__device__ __forceinline__ void issue_pv_e4m3(float (&o)[64], const std::uint32_t (&p)[kFp8RowBytes / kFp8K][4],
+                                              std::uint64_t vt_desc) {
+#pragma unroll
+  for (int kk = 0; kk < kFp8RowBytes / kFp8K; ++kk) wgmma_e4m3_rs(o, p[kk], desc_advance(vt_desc, kk * kFp8K));
+}
+
+// Four floats as four e4m3 bytes, the first in the lowest byte; round to nearest even, saturated
+// to ±448 (satfinite), as the A operand's register wants them. cvt's e4m3x2 puts its first source
+// in the upper byte.
+__device__ __forceinline__ std::uint32_t pack_e4m3x4(float b0, float b1, float b2, float b3) {
+  std::uint32_t out;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(out)
+      : "f"(b0), "f"(b1), "f"(b2), "f"(b3));
+  return out;
+}
+
+// P (fp32 accumulator, wgmma.cuh's layout) → the A fragments of P·V, one per k32 slice, each in
+// this thread's own registers (point 2 above): register r of slice kk holds row g (r even) or
+// g + 8 (r odd), slots h = r / 2, from the n8 tiles j = 4kk + 2h and 4kk + 2h + 1.
+template <int kBlockN>
+__device__ __forceinline__ void p_to_a_e4m3(const float (&s)[kBlockN / 2], std::uint32_t (&a)[kBlockN / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 32; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = r % 2;           // s[4j + 2·row + e]
+      const int j = 4 * kk + 2 * (r / 2);
+      a[kk][r] = pack_e4m3x4(s[4 * j + 2 * row], s[4 * j + 2 * row + 1], s[4 * (j + 1) + 2 * row],
+                             s[4 * (j + 1) + 2 * row + 1]);
+    }
+}
+
+// ---- The producer's transpose: V [keys][D] → Vᵀ [D][permuted keys] ------------------------------
+// Both tiles are 128 rows of 128 bytes in the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r % 8)). The unit of work is a 4 × 4 byte block: four keys' words (4 head dims each) in,
+// a 4 × 4 byte transpose in registers (PRMT), four head dims' words (4 slots each) out. Unit
+// (kk, h, t, dg) reads keys kPermutedKey(16h + 4t + f) + 32kk, f = 0..3, at head dims 4dg..4dg+3,
+// and writes Vᵀ rows 4dg + i at slots 32kk + 16h + 4t .. + 3. There are 4·2·4·32 = 1024 units.
+//
+// Bank conflicts decide the lane mapping. A load's bank is ((dg / 4) ^ (2t + f % 2))·4 + dg % 4;
+// a store's is ((2kk + h) ^ (4·(dg % 2) + i))·4 + t. Lane bits (t0, t1, dg0, h, kk0) with
+// dg1 = h ^ a, dg2 = kk0 ^ b (a, b, kk1, dg3, dg4 the iteration's bits) make both maps one-to-one
+// over a warp's 32 lanes, so every load and every store is one wavefront, the fewest 32-bit
+// accesses can take. `worker` numbers the transposing warps (0 .. kWorkers − 1); they split the
+// 32 warp-iterations between them.
+__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int byte) {
+  return std::uint32_t(row * kFp8RowBytes + (((byte / 16) ^ (row % 8)) * 16) + byte % 16);
+}
+
+// Latency, not bandwidth, is what a transposing warp fights: its loads queue behind the consumers'
+// wgmma operand reads of the same shared memory. So each warp issues the loads of kBatch units
+// before the first store (16 loads in flight), and the tiles are __restrict__ so that the compiler
+// may keep them there.
+template <int kWorkers>
+__device__ __forceinline__ void transpose_v_block(const std::uint8_t* __restrict__ v, std::uint8_t* __restrict__ vt,
+                                                  int worker, int lane) {
+  const int t = lane & 3;
+  const int dg0 = (lane >> 2) & 1;
+  const int h = (lane >> 3) & 1;
+  const int kk0 = (lane >> 4) & 1;
+  constexpr int kIterations = 32;  // 1024 units / 32 lanes
+  constexpr int kBatch = 2;
+  constexpr int kPerWorker = (kIterations + kWorkers - 1) / kWorkers;
+#pragma unroll 1
+  for (int b0 = 0; b0 < kPerWorker; b0 += kBatch) {
+    std::uint32_t in[kBatch][4];
+    int kk[kBatch], dg[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int it = worker + kWorkers * (b0 + u);
+      const int a = it & 1, b = (it >> 1) & 1, kk1 = (it >> 2) & 1, dg34 = it >> 3;
+      kk[u] = 2 * kk1 + kk0;
+      dg[u] = dg0 | ((h ^ a) << 1) | ((kk0 ^ b) << 2) | (dg34 << 3);
+      if (b0 + u < kPerWorker && it < kIterations) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const int key = 32 * kk[u] + kPermutedKey(16 * h + 4 * t + f);
+          in[u][f] = *reinterpret_cast<const std::uint32_t*>(v + swizzled_offset(key, 4 * dg[u]));
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int it = worker + kWorkers * (b0 + u);
+      if (b0 + u >= kPerWorker || it >= kIterations) continue;
+      // Byte i of in[f] is V[key_f][4dg + i]; word i of out wants V[key_f][4dg + i] in byte f.
+      const std::uint32_t x0 = __byte_perm(in[u][0], in[u][1], 0x5140), x1 = __byte_perm(in[u][0], in[u][1], 0x7362);
+      const std::uint32_t y0 = __byte_perm(in[u][2], in[u][3], 0x5140), y1 = __byte_perm(in[u][2], in[u][3], 0x7362);
+      const std::uint32_t out[4] = {__byte_perm(x0, y0, 0x5410), __byte_perm(x0, y0, 0x7632),
+                                    __byte_perm(x1, y1, 0x5410), __byte_perm(x1, y1, 0x7632)};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<std::uint32_t*>(vt + swizzled_offset(4 * dg[u] + i, 32 * kk[u] + 16 * h + 4 * t)) = out[i];
+    }
+  }
+}
+
+// The epilogue: O / l in bf16 straight from the accumulator to the tile's rows below n (4 bytes a
+// lane, a quad's 16 contiguous bytes a row), then, once the whole warpgroup is past its last
+// product (the barrier), one thread releases the Q buffer.
+template <int kHeadDim, class Storage>
+__device__ __forceinline__ void store_o_rows_fp8(Storage& st, float (&acc_o)[kHeadDim / 2], const float (&row_sum)[2],
+                                                 __nv_bfloat16* o_head, int row0, int n, int t, int consumer,
+                                                 bool release_thread) {
+  finalize_rows<kHeadDim>(acc_o, row_sum);
+  store_o_rows<kHeadDim>(acc_o, o_head, row0, n, t);
+  named_barrier_sync<128>(epilogue_barrier(consumer));
+  if (release_thread) mbarrier_arrive(&st.q_empty);
+}
+#endif  // LADDER_SM90A
+
+}  // namespace ladder::hopper
