@@ -130,9 +130,10 @@ problems_of() {
     # 12 each, W = 2 at D = 64 and 3 at 128; the splits of both row blocks meet at the counters.
     44) echo "serving --b 2 --heads 10 --kv-heads 2 --n 16 --kv-n 2300 --grid-sms 3"
         echo "serving --b 2 --heads 10 --kv-heads 2 --n 4 --kv-n 2300 --grid-sms 3" ;;
-    # 45 (FP8, D = 128 only): 33's problem in e4m3; the producer's three transposing warps walk the
-    # same 3-stage ring (and its Vᵀ twin) across the CTA's tiles, W >= 9 unmasked; GQA (group 2) too.
-    45) echo "base --b 1 --heads 2 --n 777 --grid-sms 3 --dtype fp8"
+    # 45 (FP8, D = 128 only): the producer's three transposing warps walk a 4-stage ring (and its Vᵀ
+    # twin) across the CTA's tiles; 1177 = 9·128 + 25 gives the longest tile 10 blocks, so even one
+    # tile wraps the ring twice, the lightest CTA's walk far more; GQA (group 2) too.
+    45) echo "base --b 1 --heads 2 --n 1177 --grid-sms 3 --dtype fp8"
         echo "serving --b 1 --heads 4 --kv-heads 2 --n 1050 --grid-sms 3 --dtype fp8" ;;
     *) return 1 ;;
   esac
