@@ -6,8 +6,10 @@
 //
 //   - both shared-memory operands must be K-major, and V is not: P·V is reduced over keys, and V
 //     is stored [keys][D]. The producer warpgroup, idle in every Part IV kernel but for one TMA
-//     thread, now transposes each V block in shared memory (transpose_v_block): warp 0 keeps the
-//     copies going, warps 1-3 turn each landed V into Vᵀ and signal vt_full;
+//     thread, now transposes each V block in shared memory: warp 0 keeps the copies going, warps
+//     1-3 turn each landed V into Vᵀ and signal vt_full. How they move the bytes is the chapter's
+//     measured question: 16 bytes a lane through ldmatrix.trans and stmatrix (the variant `fp8`),
+//     or 4 bytes a lane through plain loads and stores (`fp8_words`, the ablation row);
 //   - the A operand of P·V wants four consecutive keys a register where S's accumulator gives a
 //     thread pairs; the thread packs what it holds, and the transpose stores Vᵀ's keys in the
 //     same order, so the sum over keys pairs every P with its own V (kPermutedKey);
@@ -70,9 +72,12 @@ struct Tile {
                     kConsumerRegisters * kConsumers * kWarpgroupThreads <= kLaunchRegisters * kThreads);
 };
 
+// How the transposing warps move V's bytes (common/device/hopper/fp8.cuh, common/fp8_layout.hpp).
+enum class Transpose { Matrices, Words };
+
 // ---- The kernel -------------------------------------------------------------------------------
 // grid: Scheduler::grid_size (about one CTA per SM); 1 producer + 2 consumer warpgroups.
-template <class Scheduler, class T, bool kCausal>
+template <class Scheduler, class T, bool kCausal, Transpose kTranspose>
 __global__ void __launch_bounds__(T::kThreads, 1)
     fp8_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
@@ -117,7 +122,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // V has landed (kv_full), and Vᵀ's previous lap is free: kv_full's next phase needs the
           // consumers' release of this stage, which they give only after their P·V of it.
           hopper::wait_kv_block(st, it);
-          hopper::transpose_v_block<T::kTransposeWarps>(st.v[stage], st.vt[stage], warp_in_wg - 1, lane);
+          if constexpr (kTranspose == Transpose::Matrices)
+            hopper::transpose_v_block_matrices<T::kTransposeWarps>(st.v[stage], st.vt[stage], warp_in_wg - 1, lane);
+          else
+            hopper::transpose_v_block_words<T::kTransposeWarps>(st.v[stage], st.vt[stage], warp_in_wg - 1, lane);
           // The generic-proxy stores must be visible to wgmma (the async proxy) before the release.
           hopper::fence_proxy_async_smem();
           __syncwarp();
@@ -253,44 +261,57 @@ hopper::ForwardMaps fp8_maps(const AttentionArgs& args) {
           hopper::make_attention_tensor_map(a.o, heads, n, T::kHeadDim, 64, 1)};
 }
 
-template <class Scheduler, class T, bool kCausal>
+template <class Scheduler, class T, bool kCausal, Transpose kTranspose>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   const auto& sh = args.shape;
   const hopper::ScheduleArgs sched = hopper::dense_schedule<T>(args, stream, sh.group());
   const float scale_log2 = args.softmax_scale * ladder::kLog2e * args.q_descale * args.k_descale;
-  hopper::launch_persistent<T>(fp8_forward_kernel<Scheduler, T, kCausal>, "fp8_forward_kernel",
+  hopper::launch_persistent<T>(fp8_forward_kernel<Scheduler, T, kCausal, kTranspose>, "fp8_forward_kernel",
                                Scheduler::grid_size(sched), fp8_maps<T>(args), Scheduler::make_params(sched),
                                stream, sh.seqlen, sh.group(), scale_log2, 1.f / args.v_descale, args.as_fp8().o);
 }
 
 // Causal: the snake. Without a mask: the row walk, or GQA's group walk (the heads that read one
 // K/V block side by side).
+template <Transpose kTranspose>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.causal) launch_tile<hopper::Snake, Tile, true>(a, stream);
-  else if (a.shape.gqa()) launch_tile<hopper::GroupWalk, Tile, false>(a, stream);
-  else launch_tile<hopper::RowWalk<false>, Tile, false>(a, stream);
+  if (a.shape.causal) launch_tile<hopper::Snake, Tile, true, kTranspose>(a, stream);
+  else if (a.shape.gqa()) launch_tile<hopper::GroupWalk, Tile, false, kTranspose>(a, stream);
+  else launch_tile<hopper::RowWalk<false>, Tile, false, kTranspose>(a, stream);
 }
 
+template <Transpose kTranspose>
 std::vector<ladder::KernelInfo> kernels() {
   using T = Tile;
-  const auto name = ladder::strprintf("fp8_forward_kernel<D=%d,%dx%d,%d stages,e4m3>", T::kHeadDim, T::kBlockM,
-                                      T::kBlockN, T::kStages);
+  const auto name = ladder::strprintf("fp8_forward_kernel<D=%d,%dx%d,%d stages,e4m3,%s>", T::kHeadDim, T::kBlockM,
+                                      T::kBlockN, T::kStages, kTranspose == Transpose::Matrices ? "ldsm.t" : "words");
   std::vector<ladder::KernelInfo> out;
-  out.push_back(ladder::kernel(name, fp8_forward_kernel<hopper::RowWalk<false>, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
-  out.push_back(ladder::kernel(name + " gqa", fp8_forward_kernel<hopper::GroupWalk, T, false>, T::kThreads, T::kSmemBytes).when_causal(false));
-  out.push_back(ladder::kernel(name + " causal,snake", fp8_forward_kernel<hopper::Snake, T, true>, T::kThreads, T::kSmemBytes).when_causal(true));
+  out.push_back(ladder::kernel(name, fp8_forward_kernel<hopper::RowWalk<false>, T, false, kTranspose>, T::kThreads,
+                               T::kSmemBytes).when_causal(false));
+  out.push_back(ladder::kernel(name + " gqa", fp8_forward_kernel<hopper::GroupWalk, T, false, kTranspose>, T::kThreads,
+                               T::kSmemBytes).when_causal(false));
+  out.push_back(ladder::kernel(name + " causal,snake", fp8_forward_kernel<hopper::Snake, T, true, kTranspose>,
+                               T::kThreads, T::kSmemBytes).when_causal(true));
   for (auto& k : out) k.dtype = ladder::DType::E4M3;
   return out;
 }
 
+ladder::Variant fp8_variant(const char* name, const char* what, ladder::AttentionLaunch fn,
+                            std::vector<ladder::KernelInfo> (*kernels_of)()) {
+  return ladder::attention_variant(name, what, fn)
+      .needs_sm(90)
+      .for_head_dims({128})
+      .for_dtypes({ladder::DType::E4M3})
+      .serves({ladder::Feature::Gqa})
+      .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
+      .with_kernels([kernels_of](int) { return kernels_of(); });
+}
+
 LADDER_REGISTER_STEP(
     ladder::attention_step(45, "fp8_forward", "FP8: Q, K, V and P in e4m3, V transposed by the producer", "33/iterators")
-        .add(ladder::attention_variant("fp8", "33/iterators in e4m3: the producer warpgroup transposes V in shared memory, P packed into P·V's A operand in place, bf16 O", launch)
-                 .needs_sm(90)
-                 .for_head_dims({128})
-                 .for_dtypes({ladder::DType::E4M3})
-                 .serves({ladder::Feature::Gqa})
-                 .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-                 .with_kernels([](int) { return kernels(); })));
+        .add(fp8_variant("fp8", "33/iterators in e4m3: the producer's warps 1-3 transpose V in shared memory with ldmatrix.trans and stmatrix, P packed into P·V's A operand in place, bf16 O",
+                         launch<Transpose::Matrices>, kernels<Transpose::Matrices>))
+        .add(fp8_variant("fp8_words", "fp8 with V transposed by 32-bit loads and stores (4 bytes a lane where ldmatrix moves 16)",
+                         launch<Transpose::Words>, kernels<Transpose::Words>)));
 
 }  // namespace

@@ -12,7 +12,7 @@
 //      gives a thread the pairs 2t, 2t + 1 of every 8 columns. Rather than shuffling P between
 //      threads, each thread packs the columns it has (8j + 2t + e, four j of a slice) into the
 //      A slots it owns, and the transpose writes Vᵀ's keys in the same permuted order: a sum over
-//      keys does not care in which order its terms come, as long as P and V agree (kPermutedKey).
+//      keys does not care in which order its terms come, as long as P and V agree (permuted_key).
 //   3. P is quantized to e4m3 for P·V. e4m3 keeps 3 fraction bits and its normal range starts at
 //      2^-6; P = exp(s − max) ∈ [0, 1], so unscaled most of it would be subnormal or zero. The
 //      softmax computes P · 2^8 instead (FlashAttention-3's offset: the row max becomes 256, below
@@ -35,11 +35,12 @@
 #include "common/device/hopper/gemm.cuh"
 #include "common/device/hopper/smem.cuh"
 #include "common/device/ptx.cuh"
+#include "common/fp8_layout.hpp"
 
 namespace ladder::hopper {
 
-inline constexpr int kFp8RowBytes = 128;  // one swizzled row: 128 e4m3 elements
-inline constexpr int kFp8K = 32;          // elements per k step of an 8-bit wgmma
+inline constexpr int kFp8RowBytes = fp8::kRowBytes;  // one swizzled row: 128 e4m3 elements
+inline constexpr int kFp8K = fp8::kK;                // elements per k step of an 8-bit wgmma
 // log2 of the factor P carries into P·V (point 3 above): P · 2^8 ∈ [0, 256] ⊂ e4m3's [0, 448].
 inline constexpr int kPLog2Offset = 8;
 
@@ -48,7 +49,7 @@ inline constexpr int kPLog2Offset = 8;
 //   k       the K ring, [kStages][kBlockN][128]
 //   v       V blocks as TMA lands them, [kStages][kBlockN][128] ([keys][D])
 //   vt      the same blocks transposed by the producer, [kStages][D][kBlockN] ([D][keys], keys
-//           permuted within each k32 slice: kPermutedKey), the B operand of P·V
+//           permuted within each k32 slice: permuted_key), the B operand of P·V
 // No O staging: at one byte an element Q's buffer is half O's bf16 rows, and the 32 KB a staging
 // buffer would take is a fourth ring stage instead (the transpose's slack, below); O goes to
 // global memory from registers (store_o_rows_fp8), once a tile.
@@ -77,15 +78,10 @@ struct Fp8AttentionStorage {
   std::uint64_t vt_full[kStages];  // one arrival per transposer warp
 };
 
-// ---- The key order inside a k32 slice ----------------------------------------------------------
-// A slot k = 16h + 4t + f of the A operand (h = 0, 1; quad lane t; byte f = 0..3 of the register)
-// is filled from the accumulator column j = 2h + f / 2 (of the slice's four n8 tiles), pair
-// element e = f % 2: the key 8j + 2t + e. The inverse, used by the transpose: which key of the
-// slice lands in slot k.
-__host__ __device__ constexpr int kPermutedKey(int k) {
-  const int h = k / 16, t = (k % 16) / 4, f = k % 4;
-  return 16 * h + 8 * (f / 2) + 2 * t + f % 2;
-}
+// The key order inside a k32 slice, the swizzle and the transposes' lane maps: common/fp8_layout.hpp
+// (host and device, so that the CPU tests check these very maps).
+using fp8::permuted_key;
+using fp8::swizzled_offset;
 
 #if LADDER_SM90A
 // ---- 8-bit wgmma: m64n128k32, e4m3 × e4m3 → fp32 ------------------------------------------------
@@ -167,66 +163,83 @@ __device__ __forceinline__ void p_to_a_e4m3(const float (&s)[kBlockN / 2], std::
 }
 
 // ---- The producer's transpose: V [keys][D] → Vᵀ [D][permuted keys] ------------------------------
-// Both tiles are 128 rows of 128 bytes in the 128-byte swizzle (16-byte chunk c of row r at chunk
-// c ^ (r % 8)). The unit of work is a 4 × 4 byte block: four keys' words (4 head dims each) in,
-// a 4 × 4 byte transpose in registers (PRMT), four head dims' words (4 slots each) out. Unit
-// (kk, h, t, dg) reads keys kPermutedKey(16h + 4t + f) + 32kk, f = 0..3, at head dims 4dg..4dg+3,
-// and writes Vᵀ rows 4dg + i at slots 32kk + 16h + 4t .. + 3. There are 4·2·4·32 = 1024 units.
+// Two ways, the same bytes (common/fp8_layout.hpp has both lane maps and why they are free of bank
+// conflicts). `worker` numbers the transposing warps (0 .. kWorkers − 1), which split a tile's
+// units between them; every loop bound is the same for a warp's 32 lanes.
 //
-// Bank conflicts decide the lane mapping. A load's bank is ((dg / 4) ^ (2t + f % 2))·4 + dg % 4;
-// a store's is ((2kk + h) ^ (4·(dg % 2) + i))·4 + t. Lane bits (t0, t1, dg0, h, kk0) with
-// dg1 = h ^ a, dg2 = kk0 ^ b (a, b, kk1, dg3, dg4 the iteration's bits) make both maps one-to-one
-// over a warp's 32 lanes, so every load and every store is one wavefront, the fewest 32-bit
-// accesses can take. `worker` numbers the transposing warps (0 .. kWorkers − 1); they split the
-// 32 warp-iterations between them.
-__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int byte) {
-  return std::uint32_t(row * kFp8RowBytes + (((byte / 16) ^ (row % 8)) * 16) + byte % 16);
+// What a transposing warp fights is latency, not bandwidth: its loads queue behind the consumers'
+// wgmma operand reads of the same shared memory, and a tile must be through before the consumers
+// reach its P·V. So each warp issues the loads of kBatch units before its first store, and the
+// fewer, wider accesses of the matrix form are the point: 16 bytes a lane, where the word form
+// moves 4.
+
+__device__ __forceinline__ void stmatrix_x4(void* smem_row, const std::uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(ptx::smem_addr(smem_row)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
-// Latency, not bandwidth, is what a transposing warp fights: its loads queue behind the consumers'
-// wgmma operand reads of the same shared memory. So each warp issues the loads of kBatch units
-// before the first store (16 loads in flight), and the tiles are __restrict__ so that the compiler
-// may keep them there.
+// The matrix form: per unit one ldmatrix.x4.trans (512 bytes), four PRMTs, one stmatrix.x4.
 template <int kWorkers>
-__device__ __forceinline__ void transpose_v_block(const std::uint8_t* __restrict__ v, std::uint8_t* __restrict__ vt,
-                                                  int worker, int lane) {
-  const int t = lane & 3;
-  const int dg0 = (lane >> 2) & 1;
-  const int h = (lane >> 3) & 1;
-  const int kk0 = (lane >> 4) & 1;
-  constexpr int kIterations = 32;  // 1024 units / 32 lanes
-  constexpr int kBatch = 2;
-  constexpr int kPerWorker = (kIterations + kWorkers - 1) / kWorkers;
+__device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* __restrict__ v,
+                                                           std::uint8_t* __restrict__ vt, int worker, int lane) {
+  constexpr int kBatch = 4;
+  constexpr int kPerWorker = (fp8::kMatrixUnits + kWorkers - 1) / kWorkers;
+  const std::uint32_t select0 = fp8::prmt_selector(0, lane), select1 = fp8::prmt_selector(1, lane);
 #pragma unroll 1
   for (int b0 = 0; b0 < kPerWorker; b0 += kBatch) {
     std::uint32_t in[kBatch][4];
-    int kk[kBatch], dg[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int unit = worker + kWorkers * (b0 + u);
+      if (b0 + u < kPerWorker && unit < fp8::kMatrixUnits)
+        ptx::ldmatrix_x4_trans(in[u], v + fp8::matrix_load_offset(unit, lane));
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int unit = worker + kWorkers * (b0 + u);
+      if (b0 + u >= kPerWorker || unit >= fp8::kMatrixUnits) continue;
+      const std::uint32_t out[4] = {__byte_perm(in[u][0], in[u][1], select0), __byte_perm(in[u][0], in[u][1], select1),
+                                    __byte_perm(in[u][2], in[u][3], select0), __byte_perm(in[u][2], in[u][3], select1)};
+      stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane), out);
+    }
+  }
+}
+
+// The word form: per unit four 32-bit loads (four keys, four head dims each), a 4 × 4 byte
+// transpose in six PRMTs, four 32-bit stores (four head dims, four keys each).
+template <int kWorkers>
+__device__ __forceinline__ void transpose_v_block_words(const std::uint8_t* __restrict__ v,
+                                                        std::uint8_t* __restrict__ vt, int worker, int lane) {
+  constexpr int kBatch = 2;
+  constexpr int kPerWorker = (fp8::kWordIterations + kWorkers - 1) / kWorkers;
+#pragma unroll 1
+  for (int b0 = 0; b0 < kPerWorker; b0 += kBatch) {
+    std::uint32_t in[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int it = worker + kWorkers * (b0 + u);
-      const int a = it & 1, b = (it >> 1) & 1, kk1 = (it >> 2) & 1, dg34 = it >> 3;
-      kk[u] = 2 * kk1 + kk0;
-      dg[u] = dg0 | ((h ^ a) << 1) | ((kk0 ^ b) << 2) | (dg34 << 3);
-      if (b0 + u < kPerWorker && it < kIterations) {
+      if (b0 + u < kPerWorker && it < fp8::kWordIterations) {
+        const fp8::WordUnit w = fp8::word_unit(it, lane);
 #pragma unroll
-        for (int f = 0; f < 4; ++f) {
-          const int key = 32 * kk[u] + kPermutedKey(16 * h + 4 * t + f);
-          in[u][f] = *reinterpret_cast<const std::uint32_t*>(v + swizzled_offset(key, 4 * dg[u]));
-        }
+        for (int f = 0; f < 4; ++f) in[u][f] = *reinterpret_cast<const std::uint32_t*>(v + fp8::word_load_offset(w, f));
       }
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int it = worker + kWorkers * (b0 + u);
-      if (b0 + u >= kPerWorker || it >= kIterations) continue;
+      if (b0 + u >= kPerWorker || it >= fp8::kWordIterations) continue;
+      const fp8::WordUnit w = fp8::word_unit(it, lane);
       // Byte i of in[f] is V[key_f][4dg + i]; word i of out wants V[key_f][4dg + i] in byte f.
-      const std::uint32_t x0 = __byte_perm(in[u][0], in[u][1], 0x5140), x1 = __byte_perm(in[u][0], in[u][1], 0x7362);
-      const std::uint32_t y0 = __byte_perm(in[u][2], in[u][3], 0x5140), y1 = __byte_perm(in[u][2], in[u][3], 0x7362);
-      const std::uint32_t out[4] = {__byte_perm(x0, y0, 0x5410), __byte_perm(x0, y0, 0x7632),
-                                    __byte_perm(x1, y1, 0x5410), __byte_perm(x1, y1, 0x7632)};
+      using namespace fp8;
+      const std::uint32_t x0 = __byte_perm(in[u][0], in[u][1], kWordBytesLow);
+      const std::uint32_t x1 = __byte_perm(in[u][0], in[u][1], kWordBytesHigh);
+      const std::uint32_t y0 = __byte_perm(in[u][2], in[u][3], kWordBytesLow);
+      const std::uint32_t y1 = __byte_perm(in[u][2], in[u][3], kWordBytesHigh);
+      const std::uint32_t out[4] = {__byte_perm(x0, y0, kWordHalvesLow), __byte_perm(x0, y0, kWordHalvesHigh),
+                                    __byte_perm(x1, y1, kWordHalvesLow), __byte_perm(x1, y1, kWordHalvesHigh)};
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        *reinterpret_cast<std::uint32_t*>(vt + swizzled_offset(4 * dg[u] + i, 32 * kk[u] + 16 * h + 4 * t)) = out[i];
+      for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(vt + fp8::word_store_offset(w, i)) = out[i];
     }
   }
 }

@@ -1,0 +1,120 @@
+// Where the bytes of the FP8 forward's tiles go (Part VIII): the key order P·V reads, the 128-byte
+// swizzle, and every lane's addresses in the producer's two ways of transposing V. Host and device
+// compile the same arithmetic, so tests/cpu/test_fp8_layout.cpp checks the kernel's own maps by
+// emulating ldmatrix.trans, PRMT and stmatrix lane by lane on a tile: every Vᵀ byte written once,
+// with the right V byte, and every shared-memory access of a warp free of bank conflicts.
+//
+// The tiles are 128 rows of 128 bytes, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (the
+// 128-byte swizzle TMA writes and wgmma's descriptors read). V is [keys][D], Vᵀ is [D][keys] with
+// the keys of each 32-key slice in P's order (permuted_key).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define LADDER_HOST_DEVICE __host__ __device__
+#else
+#define LADDER_HOST_DEVICE
+#endif
+
+namespace ladder::fp8 {
+
+inline constexpr int kRowBytes = 128;  // one swizzled row: 128 e4m3 elements
+inline constexpr int kK = 32;          // elements per k step of an 8-bit wgmma
+inline constexpr int kChunkBytes = 16;
+
+// ---- The key order inside a k32 slice ----------------------------------------------------------
+// Slot k = 16h + 4t + f of P·V's A operand (h = 0, 1; quad lane t; byte f = 0..3 of the register)
+// is filled from S's accumulator column j = 2h + f / 2 (of the slice's four n8 tiles), pair element
+// e = f % 2: the key 8j + 2t + e. The inverse, used by the transposes: which key of the slice a
+// slot holds.
+LADDER_HOST_DEVICE constexpr int permuted_key(int k) {
+  const int h = k / 16, t = (k % 16) / 4, f = k % 4;
+  return 16 * h + 8 * (f / 2) + 2 * t + f % 2;
+}
+
+LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte) {
+  return std::uint32_t(row * kRowBytes + (((byte / kChunkBytes) ^ (row % 8)) * kChunkBytes) + byte % kChunkBytes);
+}
+
+// ---- The matrix transpose: ldmatrix.trans, PRMT, stmatrix ---------------------------------------
+// A unit is one 16-byte head-dim chunk c (head dims 16c .. 16c + 15) of one k32 slice kk (keys
+// 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile.
+//
+// In: ldmatrix.x4.trans.b16 loads four 8 × 8 matrices of 16-bit elements, each 8 rows of 16
+// bytes, lanes 8i .. 8i + 7 naming matrix i's rows. Matrix i = 2h + half is the 8 keys
+// 32kk + 16h + 8half + 0..7 at chunk c. Transposed, lane (q = lane / 4, t = lane % 4) receives from
+// matrix i the byte pairs of keys 2t and 2t + 1 (of those 8) at head dims 16c + 2q, 16c + 2q + 1:
+//     R[i] = V[k][d], V[k][d + 1], V[k + 1][d], V[k + 1][d + 1],   k = 32kk + 16h + 8half + 2t.
+// Rows are 8 consecutive keys, so their chunks c ^ (key % 8) are 8 different ones: no conflict.
+//
+// PRMT: bytes 0 and 2 of R[2h] and of R[2h + 1] are keys 2t, 2t + 1, 8 + 2t, 9 + 2t of the
+// 16-key half h at head dim d: exactly slots 16h + 4t .. 16h + 4t + 3 of Vᵀ row d in P's order
+// (permuted_key). Bytes 1 and 3 are row d + 1. So two PRMTs turn a pair of loaded registers into
+// two words of Vᵀ, rows 16c + 2q + e (e = 0, 1).
+//
+// Out: stmatrix.x4.b16 stores four 8 × 8 matrices, lane (q, t)'s register i going to row q,
+// bytes 4t .. 4t + 3, of matrix i. Rows 16c + 2q + e for one e would be 8 rows with only four
+// values of row % 8, two to a swizzled chunk: a 2-way conflict. So matrix i = 2h + σ takes, in its
+// row q, Vᵀ row 16c + 2q + (σ ^ [q ≥ 4]): rows 0, 2, 4, 6 then 9, 11, 13, 15 of the chunk (σ = 0),
+// eight different row % 8. The lanes with q ≥ 4 swap which of their two words they store where,
+// and that is free: it is only which PRMT selector they use (prmt_selector).
+inline constexpr int kMatrixUnits = 32;
+inline constexpr std::uint32_t kSelectEven = 0x6420;  // bytes 0, 2 of each register: head dim d
+inline constexpr std::uint32_t kSelectOdd = 0x7531;   // bytes 1, 3: head dim d + 1
+
+LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit) { return unit % 8; }
+LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit) { return unit / 8; }
+
+// Byte offset in V of the row this lane names for ldmatrix.
+LADDER_HOST_DEVICE constexpr std::uint32_t matrix_load_offset(int unit, int lane) {
+  const int i = lane / 8, r = lane % 8;
+  const int key = kK * matrix_unit_slice(unit) + 16 * (i / 2) + 8 * (i % 2) + r;
+  return swizzled_offset(key, kChunkBytes * matrix_unit_chunk(unit));
+}
+// Vᵀ's row in row q of store matrix i = 2h + σ.
+LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q) {
+  return 16 * matrix_unit_chunk(unit) + 2 * q + (sigma ^ (q >= 4 ? 1 : 0));
+}
+// Byte offset in Vᵀ of the row this lane names for stmatrix.
+LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane) {
+  const int i = lane / 8, r = lane % 8;
+  return swizzled_offset(matrix_store_row(unit, i % 2, r), kK * matrix_unit_slice(unit) + 16 * (i / 2));
+}
+// The selector that makes this lane's store register 2h + σ from R[2h], R[2h + 1].
+LADDER_HOST_DEVICE constexpr std::uint32_t prmt_selector(int sigma, int lane) {
+  return (sigma ^ (lane / 4 >= 4 ? 1 : 0)) ? kSelectOdd : kSelectEven;
+}
+
+// ---- The word transpose: 32-bit loads, PRMT, 32-bit stores --------------------------------------
+// The first way (the chapter's ablation row): a unit is a 4 × 4 byte block, four keys' words (4 head
+// dims each) in, a 4 × 4 byte transpose in registers, four head dims' words (4 slots each) out; a
+// warp-iteration is 32 such units, 32 of them a tile. Iteration `it`, lane (t0, t1, dg0, h, kk0)
+// with its bits a, b, kk1, dg3, dg4 handles k32 slice kk = 2kk1 + kk0, half h, quad position t,
+// head-dim group dg = dg0 | (h ^ a) << 1 | (kk0 ^ b) << 2 | dg34 << 3: a load's bank
+// ((dg / 4) ^ (2t + f % 2))·4 + dg % 4 and a store's ((2kk + h) ^ (4·(dg % 2) + i))·4 + t are then
+// one-to-one over the warp, one wavefront per access, but an access is 4 bytes a lane.
+inline constexpr int kWordIterations = 32;
+// The 4 × 4 byte transpose: interleave the bytes of two keys' words (x0: bytes 0, 1 of each; x1:
+// bytes 2, 3), then the 16-bit halves of two such pairs; word i ends up with byte i of every key.
+inline constexpr std::uint32_t kWordBytesLow = 0x5140, kWordBytesHigh = 0x7362;
+inline constexpr std::uint32_t kWordHalvesLow = 0x5410, kWordHalvesHigh = 0x7632;
+
+struct WordUnit {
+  int kk, h, t, dg;
+};
+LADDER_HOST_DEVICE constexpr WordUnit word_unit(int it, int lane) {
+  const int t = lane & 3, dg0 = (lane >> 2) & 1, h = (lane >> 3) & 1, kk0 = (lane >> 4) & 1;
+  const int a = it & 1, b = (it >> 1) & 1, kk1 = (it >> 2) & 1, dg34 = it >> 3;
+  return {2 * kk1 + kk0, h, t, dg0 | ((h ^ a) << 1) | ((kk0 ^ b) << 2) | (dg34 << 3)};
+}
+// Key f's word (head dims 4dg .. 4dg + 3) in V.
+LADDER_HOST_DEVICE constexpr std::uint32_t word_load_offset(const WordUnit& u, int f) {
+  return swizzled_offset(kK * u.kk + permuted_key(16 * u.h + 4 * u.t + f), 4 * u.dg);
+}
+// Head dim 4dg + i's word (slots 16h + 4t .. + 3 of slice kk) in Vᵀ.
+LADDER_HOST_DEVICE constexpr std::uint32_t word_store_offset(const WordUnit& u, int i) {
+  return swizzled_offset(4 * u.dg + i, kK * u.kk + 16 * u.h + 4 * u.t);
+}
+
+}  // namespace ladder::fp8
