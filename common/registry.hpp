@@ -302,6 +302,10 @@ struct Variant {
   // GPU tests run it like any other variant.
   std::string test_only;
   std::string improves_on;    // "05/bc32"; empty = the previous variant in the step, or the step's
+  // Attention, may be empty: work a launch leaves for after it that is not the variant's to be
+  // timed (a peer widening its e4m3 output into the harness's bf16 O). The runner calls it after
+  // every launch whose output it reads, before the read, and never inside a timed repetition.
+  AttentionLaunch after_launch_untimed;
 
   // The registration block's setters; each returns the variant so they chain.
   Variant& needs_sm(int sm) { constraints.min_sm = sm; return *this; }
@@ -328,6 +332,7 @@ struct Variant {
     constraints.same_kernel_when = std::move(fn);
     return *this;
   }
+  Variant& untimed_after_launch(AttentionLaunch fn) { after_launch_untimed = std::move(fn); return *this; }
   Variant& with_kernels(KernelsFn fn) { kernels = std::move(fn); return *this; }
   Variant& with_kernels(std::vector<KernelInfo> list) {  // the same kernels for every problem
     kernels = [list = std::move(list)](int) { return list; };

@@ -271,6 +271,8 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
     b.dlse.fill_bytes(kPoisonByte, session.stream.get());
   };
   hooks.launch = [args, launch, workspace](cudaStream_t s) { launch(args, s); };
+  if (variant.after_launch_untimed)
+    hooks.after_launch = [args, after = variant.after_launch_untimed](cudaStream_t s) { after(args, s); };
   hooks.download = [&b = p.buffers, &variant = ref.variant(), dtype = shape.dtype] {
     Output out;
     out.bits16 = b.dout.download();

@@ -199,6 +199,7 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
   auto run_once = [&] {
     hooks.poison();
     hooks.launch(stream);
+    if (hooks.after_launch) hooks.after_launch(stream);
     session.stream.synchronize();
     return hooks.download();
   };
@@ -224,6 +225,8 @@ void run_variant(Session& session, const VariantRef& ref, Row& row, VariantHooks
           time_launch(hooks.launch, stream, options.timing, session.flusher));
       row.timing = baselines.rounds[row_index].back();
       // The last timed launch overwrote the output: it must equal the checked one bit for bit.
+      if (hooks.after_launch) hooks.after_launch(stream);
+      session.stream.synchronize();
       const Output again = hooks.download();
       row.rerun_identical = identical(out, again);
       if (!*row.rerun_identical) row.rerun_max_abs = max_abs_difference(out.values, again.values);

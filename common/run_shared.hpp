@@ -71,6 +71,9 @@ struct Output {
 struct VariantHooks {
   std::function<void()> poison;
   std::function<void(cudaStream_t)> launch;
+  // May be empty. After a launch whose output is read, before the read, never timed: work the
+  // output needs that is not the variant's to be timed (Variant::untimed_after_launch).
+  std::function<void(cudaStream_t)> after_launch;
   std::function<Output()> download;
   std::function<void(Row&, const Output&)> check;
   std::function<void(const Output&)> save;

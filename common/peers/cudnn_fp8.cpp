@@ -7,10 +7,9 @@
 //                                (again only when a later problem's descales differ), execute
 //   every later launch:          look the graph up, set the stream, execute
 // cuDNN writes O in e4m3 into the row's buffer (o8), never into the harness's O. The widening of
-// o8 into the harness's bf16 O (cudnn_fp8_widen.cu) is not cuDNN's work, so where the harness has
-// the hook for it (Variant::untimed_after_launch: the runner calls it after a launch, before it
-// reads O back, never inside a timed repetition) it runs there; without the hook it runs at the end
-// of the launch, is timed with it, and the row's description says so.
+// o8 into the harness's bf16 O (cudnn_fp8_widen.cu) is not cuDNN's work, so it runs in the
+// harness's untimed hook (Variant::untimed_after_launch: the runner calls it after a launch, before
+// it reads O back, never inside a timed repetition).
 //
 // The poison: the harness poisons its bf16 O, which only the widening writes, so the row keeps a
 // poison of its own in o8: every byte 0xFF (e4m3 NaN) when allocated and again after each
@@ -52,18 +51,6 @@ bool positive_power_of_two(float x) {
   return std::frexp(x, &exponent) == 0.5f;
 }
 
-// The harness hook this row's widening wants (proposed for common/registry.hpp and
-// common/run_attention.cpp; see the top of the file). Detected, so that this file builds with and
-// without it and takes it as soon as it lands.
-template <class V>
-concept HasUntimedAfterLaunch = requires(V& v, AttentionLaunch f) { v.untimed_after_launch(std::move(f)); };
-constexpr bool kWideningUntimed = HasUntimedAfterLaunch<Variant>;
-
-template <class V>
-void set_untimed_after_launch([[maybe_unused]] V& v, [[maybe_unused]] AttentionLaunch f) {
-  if constexpr (HasUntimedAfterLaunch<V>) v.untimed_after_launch(std::move(f));
-}
-
 // fp8 problems are dense self-attention (validate_fp8, common/problem.cpp): GQA is the one Part VI
 // property they may have, and cuDNN's FP8 graph takes K and V of Hkv heads.
 constexpr std::initializer_list<Feature> kFp8Features = {Feature::Gqa};
@@ -91,8 +78,6 @@ CudnnFp8Scales cudnn_fp8_scales(float q_descale, float k_descale, float v_descal
 float cudnn_fp8_o_value(std::uint8_t byte, const CudnnFp8Scales& scales) {
   return from_e4m3(byte) * scales.o_descale();
 }
-
-bool cudnn_fp8_widening_untimed() { return kWideningUntimed; }
 
 #ifdef LADDER_HAVE_CUDNN
 // ================================================================================================
@@ -270,7 +255,6 @@ void launch_cudnn_fp8(const AttentionArgs& args, cudaStream_t stream) {
       {kUidAmaxO, g.amax_slot(1)},
   };
   check_fe(g.graph.execute(handle, pack, g.workspace.get()), "execute", CudnnStage::Execute, key, kSource);
-  if constexpr (!kWideningUntimed) widen(args, stream, g);  // no hook: timed with cuDNN (see the top)
 }
 
 // After a launch, untimed (the harness's hook): the widening. The graph is the launch's (a harness
@@ -292,18 +276,16 @@ Variant cudnn_fp8_variant() {
           "cudnn_fp8",
           fmt::format("cuDNN FP8 attention (frontend sdpa_fp8 graph, {}): e4m3 Q, K, V with their "
                       "descales, fp32 softmax and accumulation, P scaled by 2^8 into e4m3, O written "
-                      "in e4m3 (Hopper's only FP8 output) and widened to bf16 {}",
-                      built_with,
-                      kWideningUntimed ? "after the timed launch"
-                                       : "inside the timed launch (this harness has no untimed hook)"),
+                      "in e4m3 (Hopper's only FP8 output) and widened to bf16 after the timed launch",
+                      built_with),
           launch_cudnn_fp8)
           .needs_sm(90)  // cuDNN's FP8 SDPA: Hopper and newer
           .for_head_dims({64, 128})
           .for_dtypes({DType::E4M3})
           .serves(kFp8Features)
           .approximate_because(kCudnnFp8Approximate)
-          .as_peer();
-  set_untimed_after_launch(v, after_launch_cudnn_fp8);
+          .as_peer()
+          .untimed_after_launch(after_launch_cudnn_fp8);
   return v;
 }
 

@@ -61,11 +61,6 @@ float cudnn_fp8_o_value(std::uint8_t byte, const CudnnFp8Scales& scales);
 inline constexpr const char* kCudnnFp8Approximate =
     "cuDNN on Hopper writes O in e4m3 (3 fraction bits), widened to bf16 exactly";
 
-// Whether this build's harness has the hook that runs the widening outside the timed launch
-// (Variant::untimed_after_launch, see cudnn_fp8.cpp). Without it the widening runs inside the
-// launch and is timed with cuDNN; the row's description says which.
-bool cudnn_fp8_widening_untimed();
-
 // The variant 99/cudnn_fp8 (defined in cudnn_fp8.cpp, with cuDNN and without), which
 // cudnn_attention.cpp adds to step 99.
 Variant cudnn_fp8_variant();
