@@ -20,6 +20,7 @@
   scripts/figures_part7_three_iterators.py  part7-three-iterators (chapter 34; measured)
   scripts/figures_part7_paged.py    part7-paged-cost (chapter 43; measured)
   scripts/figures_part7_specdec.py  part7-specdec-rows (chapter 44; a schematic)
+  scripts/figures_part8.py     part8-v-transpose (chapter 45; a schematic)
   scripts/figures_capstone.py  capstone-op-path (the capstone, the PyTorch operator; a schematic)
   scripts/figures_course.py    course-path.png (the course's map)
 
@@ -40,7 +41,7 @@ SCRIPTS = ["figures_part1_2.py", "figures_part3.py", "figures_part4.py", "figure
            "figures_part6.py", "figures_prefill.py", "figures_part7.py", "figures_part7_serving.py",
            "figures_part7_order.py", "figures_part7_writer.py", "figures_part7_decode.py", "figures_part7_decode_sizes.py",
            "figures_part7_three_iterators.py", "figures_part7_paged.py", "figures_part7_specdec.py",
-           "figures_capstone.py", "figures_course.py"]
+           "figures_part8.py", "figures_capstone.py", "figures_course.py"]
 
 
 def main():

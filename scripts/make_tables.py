@@ -31,6 +31,10 @@ A chapter asks for a table with a marker pair; everything between them is replac
         at the SM clock the file recorded at start (clock=after: each problem's clock after its
         timing; clock=max: the GPU's highest); the rates are in scripts/hardware_limits.py. A start
         clock below a problem's clock after its timing (the GPU idle at start) is refused
+    <!-- table: fp8accuracy FILE [d=128] [input=outliers] -->
+        scripts/fp8_accuracy.py's file (a CPU emulation): per input kind, D, N and mask, the RMSE
+        against fp64 of plain FP8, of FP8 with the Hadamard rotation of Q and K and of bf16, and
+        the rotation's ratio to plain FP8
     <!-- table: compare FILE [ids=20/,21/] -->
         scripts/peers.py's file with two libraries (--ladder-lib old=… new=…, --ladder-pairs): per
         pair old → new and shape, the ratio new/old (scripts/round.sh's compare stage)
@@ -407,6 +411,27 @@ def _limits_tables(spec, which, prefixes, out):
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def fp8_accuracy_table(spec):
+    data = load(spec["file"])
+    cells = {}
+    for r in data["records"]:
+        if ("d" in spec and r["d"] != int(spec["d"])) or ("input" in spec and r["input"] != spec["input"]):
+            continue
+        cells.setdefault((r["input"], r["d"], r["n"], r["causal"]), {})[r["variant"]] = r
+    out = ["| inputs | D | N | mask | FP8 RMSE | FP8 + rotation RMSE | rotation / FP8 | bf16 RMSE | FP8 RMSE / RMS(O) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for (kind, d, n, causal), v in cells.items():
+        fp8, rot, bf16 = v["fp8"], v["fp8_rotated"], v["bf16"]
+        out.append(f"| {kind} | {d} | {n} | {'causal' if causal else 'none'} | {fp8['rmse']:.2e} | "
+                   f"{rot['rmse']:.2e} | {rot['rmse'] / fp8['rmse']:.2f} | {bf16['rmse']:.2e} | {fp8['rel_rmse']:.3f} |")
+    p = data["provenance"]
+    out.append("")
+    out.append(f"*CPU emulation, numpy {p['numpy']}, {p['date'][:10]}, seed {p['seed']}, {p['heads']} heads; "
+               f"`{short_command(p['command'])}`; inputs: {data['inputs']['normal']}; outliers: "
+               f"{data['inputs']['outliers']}.*")
+    return "\n".join(out) + "\n"
+
+
 def missing_files(spec):
     """The files a table needs that do not exist yet (a round still to come)."""
     files = spec["file"].split(",") + ([spec["peers"]] if "peers" in spec else [])
@@ -425,7 +450,8 @@ def render(spec_text):
                 + " does not exist; `scripts/make_tables.py` fills this table in once it does.*\n")
     tables = {"ladder": ladder_table, "resources": resources_table, "bench": bench_table, "ncu": ncu_table,
               "csv": csv_table, "ablation": ablation_table, "crosscheck": crosscheck_table,
-              "compare": compare_table, "servecheck": servecheck_table, "limits": limits_table}
+              "compare": compare_table, "servecheck": servecheck_table, "limits": limits_table,
+              "fp8accuracy": fp8_accuracy_table}
     return tables[spec["type"]](spec)
 
 

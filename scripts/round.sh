@@ -21,6 +21,11 @@
 #   ladder     the ladder at Part IV's shapes (B=4 H=8 D=64 and 16k tokens H=16 D=128 at N=4096,8192,
 #              both masks; FlashAttention-3's B=4 H=16 N=8448 D=128), every variant of the steps
 #              and 06/h200, per dtype
+#   fp8        Part VIII in the ladder's process: the FP8 forward (45/fp8, 45/fp8_words) beside cuDNN's
+#              FP8 row (99/cudnn_fp8), the bf16 top (33/iterators; 26/group_order for GQA) and
+#              cuDNN's bf16 row, bf16 and fp8 problems in one run: B=2 H=16 N=8192 D=128 and
+#              B=1 H=64 Hkv=8 N=16384 D=128, both masks; cuDNN's FP8 and the three-consumer bf16
+#              top (34) at D=64 (step 45 refuses D=64, which the run lists)
 #   backward   Part V in the ladder's process: steps 24-25 and cuDNN's backward (98) at the issue's
 #              shapes (B=4 H=8 D=64 and B=2 H=16 D=128, N=8192, both masks), per dtype; and
 #              steps 23-25 at B=4 H=8 D=64 N=1024,2048 (fp16), where the naive step's N×N
@@ -90,7 +95,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL_STAGES=(fa4 build smoke test sanitize ladder backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs)
+ALL_STAGES=(fa4 build smoke test sanitize ladder fp8 backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs)
 # Old id -> new id: the variants the compare stage times side by side (the re-cut of Part IV).
 COMPARE_PAIRS="20/persistent_3stage>20/persistent,20/persistent_snake>21/snake,20/persistent_dynamic>21/dynamic"
 COMPARE_PAIRS+=",21/three_consumers_4stage>22/three_consumers,21/three_consumers>22/three_consumers_3stage"
@@ -133,7 +138,7 @@ for s in "${stages[@]}"; do
   [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || die_usage "unknown stage '$s' (stages: ${ALL_STAGES[*]})"
 done
 IFS=, read -r -a dtypes <<<"$dtype_arg"
-for d in "${dtypes[@]}"; do [[ $d == fp16 || $d == bf16 ]] || die_usage "unknown dtype '$d' (fp16, bf16)"; done
+for d in "${dtypes[@]}"; do [[ $d == fp16 || $d == bf16 || $d == fp8 ]] || die_usage "unknown dtype '$d' (fp16, bf16, fp8)"; done
 [[ $budget =~ ^[0-9]+$ ]] || die_usage "--budget takes whole seconds, got '$budget'"
 # --steps 16-22 or 6,16-19: the step numbers, without leading zeros.
 steps=()
@@ -407,6 +412,23 @@ stage_ladder() {
     ladder_run "ladder-d128$s" 300 "${common[@]}" --tokens 16384 --heads 16 --d 128 --n 4096,8192 --mask both || rc=1
     ladder_run "ladder-fa3$s" 200 "${common[@]}" --b 4 --heads 16 --d 128 --n 8448 --mask none || rc=1
   done
+  return $rc
+}
+stage_fp8() {
+  need_bin fp8 || return 1
+  local rc=0
+  local common=(--track attention --ref-rows 256 --dtype bf16,fp8 --mask both)
+  local dense=(33/iterators 45/fp8 45/fp8_words 99/cudnn 99/cudnn_fp8)
+  local gqa=(26/group_order 45/fp8 45/fp8_words 99/cudnn 99/cudnn_fp8)
+  local d64=(34/three_iterators 45/fp8 99/cudnn 99/cudnn_fp8)
+  local v
+  mapfile -t v < <(variant_args "${dense[@]}")
+  ladder_run "fp8-forward" 300 "${common[@]}" --steps 33,45,99 "${v[@]}" --b 2 --heads 16 --d 128 --n 8192 || rc=1
+  mapfile -t v < <(variant_args "${gqa[@]}")
+  ladder_run "fp8-gqa" 300 "${common[@]}" --steps 26,45,99 "${v[@]}" --b 1 --heads 64 --kv-heads 8 --d 128 \
+    --n 16384 || rc=1
+  mapfile -t v < <(variant_args "${d64[@]}")
+  ladder_run "fp8-d64" 200 "${common[@]}" --steps 34,45,99 "${v[@]}" --b 2 --heads 16 --d 64 --n 8192 || rc=1
   return $rc
 }
 stage_backward() {
@@ -752,7 +774,7 @@ if has build; then stage build 60 || { note "build failed: nothing after it can 
 [ -n "$bin" ] && note "binaries: $bin ($(grep -cE '^ +[0-9]+/' "$logs/list.txt") variants listed)"
 if has smoke; then stage smoke 30 || { note "smoke failed: a kernel hangs or fails on a small problem; stopping"; exit 1; }; fi
 if has test; then stage test 60 || rc_all=1; elif has sanitize; then stage sanitize 60 || rc_all=1; fi
-for s in ladder backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs; do
+for s in ladder fp8 backward serving grids waves softmax readme peers crosscheck bwdpeers servepeers compare ncu profile labs; do
   stage "$s" 40 || rc_all=1
 done
 note "done in $((SECONDS - t0)) s, rc=$rc_all"
