@@ -862,6 +862,21 @@ def test_tables(tmp):
     (tmp / "compare.json").write_text(json.dumps(compare))
     check("stopped before its last shape" in make_tables.render("compare compare.json"), "compare: a file cut short says so")
 
+    # fp8accuracy: one row per (inputs, D, N, mask), the rotation's ratio computed from the two RMSEs.
+    def rec(variant, rmse, kind="outliers", d=128):
+        return {"variant": variant, "input": kind, "d": d, "n": 1024, "causal": False, "rmse": rmse, "rel_rmse": rmse * 5}
+    acc = {"provenance": {"numpy": "2.0", "date": "2026-12-03T00:00:00", "seed": 0, "heads": 2,
+                          "command": "/usr/bin/python3 scripts/fp8_accuracy.py"},
+           "inputs": {"normal": "N(0,1)", "outliers": "N(0,1)+outliers"},
+           "records": [rec("fp8", 0.02), rec("fp8_rotated", 0.005), rec("bf16", 0.001), rec("fp16", 0.0001),
+                       rec("fp8", 0.03, d=64), rec("fp8_rotated", 0.01, d=64), rec("bf16", 0.002, d=64)]}
+    (tmp / "acc.json").write_text(json.dumps(acc))
+    t = make_tables.render("fp8accuracy acc.json d=128")
+    check("| outliers | 128 | 1024 | none | 2.00e-02 | 5.00e-03 | 0.25 | 1.00e-03 | 0.100 |" in t,
+          "fp8accuracy: the row and the rotation's ratio")
+    check("| 64 |" not in t, "fp8accuracy: d= keeps one head dimension")
+    check("Not measured yet" in make_tables.render("fp8accuracy missing.json"), "fp8accuracy: a file still to come")
+
 
 def main():
     capi = sys.argv[1] if len(sys.argv) > 1 else ""
