@@ -42,11 +42,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LADDER_HOST_DEVICE __host__ __device__
-#else
-#define LADDER_HOST_DEVICE
-#endif
+#include "common/host_device.hpp"
 
 namespace ladder {
 

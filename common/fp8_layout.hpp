@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LADDER_HOST_DEVICE __host__ __device__
-#else
-#define LADDER_HOST_DEVICE
-#endif
+#include "common/host_device.hpp"
 
 namespace ladder::fp8 {
 

@@ -14,7 +14,7 @@
 // (tests/cpu/test_lazy_rescale.cpp plants exactly that bug).
 #pragma once
 
-#include "common/exp2_poly.hpp"  // LADDER_HOST_DEVICE
+#include "common/host_device.hpp"
 
 namespace ladder {
 

@@ -30,7 +30,9 @@ PARTS = [
     ("V backward", 23, 25, 6, True),
     ("VI serving", 26, 29, 5, True),
     ("VII ahead of FA4", 31, 35, 5, False),
-    ("VII the backward", 36, 39, 3, False),
+    ("VII the backward", 36, 40, 3, False),
+    ("VII decode in one kernel", 41, 44, 2.5, False),
+    ("VIII FP8", 45, 45, 2, False),
 ]
 
 # Steps that begin a new kernel (no `improves_on`): the chapter to read before them.
