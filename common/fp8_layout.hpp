@@ -29,8 +29,10 @@ LADDER_HOST_DEVICE constexpr int permuted_key(int k) {
   return 16 * h + 8 * (f / 2) + 2 * t + f % 2;
 }
 
+// Rows and bytes are never negative: unsigned arithmetic lets / and % be shifts and masks.
 LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte) {
-  return std::uint32_t(row * kRowBytes + (((byte / kChunkBytes) ^ (row % 8)) * kChunkBytes) + byte % kChunkBytes);
+  const std::uint32_t r = std::uint32_t(row), b = std::uint32_t(byte), chunk = kChunkBytes;
+  return r * kRowBytes + (((b / chunk) ^ (r % 8)) * chunk) + b % chunk;
 }
 
 // ---- The matrix transpose: ldmatrix.trans, PRMT, stmatrix ---------------------------------------
@@ -59,12 +61,12 @@ inline constexpr int kMatrixUnits = 32;
 inline constexpr std::uint32_t kSelectEven = 0x6420;  // bytes 0, 2 of each register: head dim d
 inline constexpr std::uint32_t kSelectOdd = 0x7531;   // bytes 1, 3: head dim d + 1
 
-LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit) { return unit % 8; }
-LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit) { return unit / 8; }
+LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit) { return unit & 7; }
+LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit) { return unit >> 3; }
 
 // Byte offset in V of the row this lane names for ldmatrix.
 LADDER_HOST_DEVICE constexpr std::uint32_t matrix_load_offset(int unit, int lane) {
-  const int i = lane / 8, r = lane % 8;
+  const int i = lane >> 3, r = lane & 7;
   const int key = kK * matrix_unit_slice(unit) + 16 * (i / 2) + 8 * (i % 2) + r;
   return swizzled_offset(key, kChunkBytes * matrix_unit_chunk(unit));
 }
@@ -74,7 +76,7 @@ LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q) {
 }
 // Byte offset in Vᵀ of the row this lane names for stmatrix.
 LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane) {
-  const int i = lane / 8, r = lane % 8;
+  const int i = lane >> 3, r = lane & 7;
   return swizzled_offset(matrix_store_row(unit, i % 2, r), kK * matrix_unit_slice(unit) + 16 * (i / 2));
 }
 // The selector that makes this lane's store register 2h + σ from R[2h], R[2h + 1].
