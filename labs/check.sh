@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 lab=${1:-}
-if [[ ! "$lab" =~ ^L(0[1-9]|1[0-3])$ ]]; then
-  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07|L08|L09|L10|L11|L12|L13 [--solution] [checker args]" >&2
+if [[ ! "$lab" =~ ^L(0[1-9]|1[0-4])$ ]]; then
+  echo "usage: labs/check.sh L01|L02|L03|L04|L05|L06|L07|L08|L09|L10|L11|L12|L13|L14 [--solution] [checker args]" >&2
   exit 2
 fi
 shift

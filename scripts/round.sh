@@ -262,7 +262,7 @@ stage_build() {
     [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)" = 9.0 ] && arch=90a
   fi
   local targets=(ladder gpu_tests ladder_capi)
-  if has labs; then for l in L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L13; do targets+=("lab_$l" "lab_${l}_solution"); done; fi
+  if has labs; then for l in L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L13 L14; do targets+=("lab_$l" "lab_${l}_solution"); done; fi
   has profile && targets=(all)
   # shellcheck disable=SC2086
   timeout "$(cap 120)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
@@ -735,7 +735,7 @@ stage_profile() {
 # ---- the labs ------------------------------------------------------------------------------
 stage_labs() {
   local lbin=${LABS_BIN:-$build/bin} lab rc t failures=0
-  for lab in L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L13; do
+  for lab in L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L13 L14; do
     if [ ! -x "$lbin/lab_${lab}_solution" ]; then note "  $lab: no checker in $lbin (the build stage builds them)"; failures=$((failures + 1)); continue; fi
     t=$SECONDS
     timeout "$(cap 300)" "$lbin/lab_${lab}_solution" >"$logs/$lab-solution.log" 2>&1
