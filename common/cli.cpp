@@ -114,9 +114,16 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
   app.add_option("--dtype", o.dtypes,
                  "Element type(s) of Q, K, V, O: fp16, bf16, fp8 or a list (fp16,bf16): only the "
                  "variants that support a type run it, the others are listed as skipped. fp8 "
-                 "(e4m3, Part VIII): Q, K, V the bf16 inputs quantized per tensor, O in bf16; dense "
-                 "or GQA, forward only")
+                 "(e4m3, Part VIII): Q, K, V the bf16 inputs quantized (per tensor, or per head: "
+                 "--fp8-scales), O in bf16; dense or GQA, forward only")
       ->delimiter(',')->check(CLI::IsMember({"fp16", "bf16", "fp8", "e4m3", "fp8_e4m3"}))->group(attention);
+  app.add_option("--fp8-scales", o.fp8_scales,
+                 "fp8's descales: tensor (one power of two for each of Q, K, V; the default), head "
+                 "(one per (batch, head) of Q and per (batch, K/V head) of K and V, as "
+                 "FlashAttention-3 takes them; only the variants that serve it run it), or "
+                 "tensor,head for both. Applies to the fp8 types of --dtype only: --dtype bf16,fp8 "
+                 "--fp8-scales tensor,head runs bf16, fp8 and fp8 per head")
+      ->delimiter(',')->check(CLI::IsMember({"tensor", "head"}))->group(attention);
   app.add_option("--tokens", o.tokens, "Fix B·N: batch = tokens / N for each N (e.g. 16384)")
       ->check(kPositive)->group(attention);
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
@@ -231,6 +238,16 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
           "error: --varlen {}: give positive lengths (1,17,4097), random:COUNT:MAX[:SEED] or dense", spec);
       return outcome;
     }
+  // Per-head descales with no fp8 type would silently run nothing of what was asked for.
+  const bool fp8_asked = std::any_of(o.dtypes.begin(), o.dtypes.end(), [](const std::string& name) {
+    return parse_dtype(name) == DType::E4M3;
+  });
+  if (!fp8_asked && std::find(o.fp8_scales.begin(), o.fp8_scales.end(), "head") != o.fp8_scales.end()) {
+    outcome.exit_code = exit_code::kUsage;
+    outcome.message = "error: --fp8-scales head needs an fp8 type (--dtype fp8, or a list with fp8 in "
+                      "it): fp16 and bf16 problems have no descales";
+    return outcome;
+  }
   if (!o.varlen.empty() && !o.kv_seqlens.empty()) {
     outcome.exit_code = exit_code::kUsage;
     outcome.message = "error: --varlen and --kv-n together are not supported (a varlen batch has "
@@ -302,6 +319,13 @@ std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
   const std::vector<int> kv_heads = o.kv_heads.empty() ? std::vector<int>{0} : o.kv_heads;
   for (const std::string& name : o.dtypes) {
     const DType dtype = parse_dtype(name).value_or(DType::F16);  // the option admits known names only
+    // The descale layouts of this type: fp8's, as --fp8-scales lists them (innermost below, so a
+    // problem per tensor and the same problem per head are neighbours in the table); a 16-bit type
+    // has no descales, so it is one problem whatever --fp8-scales says.
+    std::vector<bool> head_scales;
+    if (dtype == DType::E4M3)
+      for (const std::string& scales : o.fp8_scales) head_scales.push_back(scales == "head");
+    if (head_scales.empty()) head_scales.push_back(false);
     for (int d : o.head_dims)
       for (bool causal : masks)
         for (const auto& lens : layouts) {
@@ -310,20 +334,22 @@ std::vector<AttentionShape> attention_shapes(const CliOptions& o) {
           for (int n : seqlens)
             for (int kv_n : lens.empty() ? kv_seqlens : std::vector<int>{0})
               for (int hkv : kv_heads)
-                for (int page : pages) {
-                  AttentionShape s;
-                  s.batch = !lens.empty() ? int(lens.size()) : o.tokens > 0 ? o.tokens / n : o.batch;
-                  s.heads = o.heads;
-                  s.seqlen = n;
-                  s.head_dim = d;
-                  s.causal = causal;
-                  s.dtype = dtype;
-                  s.kv_heads = hkv;
-                  s.kv_seqlen = kv_n;
-                  s.q_lens = lens;
-                  s.page_size = page;
-                  shapes.push_back(s);
-                }
+                for (int page : pages)
+                  for (bool per_head : head_scales) {
+                    AttentionShape s;
+                    s.batch = !lens.empty() ? int(lens.size()) : o.tokens > 0 ? o.tokens / n : o.batch;
+                    s.heads = o.heads;
+                    s.seqlen = n;
+                    s.head_dim = d;
+                    s.causal = causal;
+                    s.dtype = dtype;
+                    s.kv_heads = hkv;
+                    s.kv_seqlen = kv_n;
+                    s.q_lens = lens;
+                    s.page_size = page;
+                    s.head_scales = per_head;
+                    shapes.push_back(s);
+                  }
         }
   }
   return shapes;

@@ -22,6 +22,9 @@ struct CliOptions {
   std::vector<int> head_dims = {64};
   std::string mask = "none";  // none | causal | both
   std::vector<std::string> dtypes = {"fp16"};  // element types: fp16, bf16, fp8 (the variants that run it)
+  // fp8's descales (Part VIII), one problem per value for each fp8 type: "tensor" (one a tensor) or
+  // "head" (one per (batch, head), AttentionShape::head_scales). The 16-bit types have none.
+  std::vector<std::string> fp8_scales = {"tensor"};
   int tokens = 0;             // > 0: batch = tokens / N for each N (the FlashAttention papers' grid)
   bool large_logits = false;  // Q×5, K×3
   // Part VI (common/problem.hpp): 0 / empty = off.

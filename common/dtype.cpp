@@ -124,17 +124,30 @@ float e4m3_descale(float amax) {
   return std::ldexp(1.0f, std::max(exponent, min_exponent));
 }
 
-QuantizedTensor quantize_e4m3(std::span<const float> x) {
-  float amax = 0.0f;
-  for (float v : x) amax = std::max(amax, std::fabs(v));
+QuantizedTensor quantize_e4m3(std::span<const float> x, std::size_t groups) {
+  if (groups == 0 || x.size() % groups != 0)
+    throw std::invalid_argument(
+        "quantize_e4m3: " + std::to_string(x.size()) + " elements do not split into " +
+        std::to_string(groups) + " equal groups (give a group count that divides the size: B·H "
+        "heads of a dense [B, H, N, D] tensor, or 1 for one descale a tensor)");
+  const std::size_t size = x.size() / groups;
   QuantizedTensor t;
-  t.descale = e4m3_descale(amax);
   t.bits.resize(x.size());
   t.value.resize(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    t.bits[i] = to_e4m3(x[i] / t.descale);  // exact: a division by a power of two
-    t.value[i] = from_e4m3(t.bits[i]) * t.descale;
+  t.descales.resize(groups);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::span<const float> chunk = x.subspan(g * size, size);
+    float amax = 0.0f;
+    for (float v : chunk) amax = std::max(amax, std::fabs(v));
+    const float descale = e4m3_descale(amax);
+    t.descales[g] = descale;
+    for (std::size_t i = g * size; i < (g + 1) * size; ++i) {
+      t.bits[i] = to_e4m3(x[i] / descale);  // exact: a division by a power of two
+      t.value[i] = from_e4m3(t.bits[i]) * descale;
+    }
   }
+  // Per tensor, the one descale; by groups none (1, so that the scalar a kernel folds is neutral).
+  t.descale = groups == 1 ? t.descales[0] : 1.0f;
   return t;
 }
 

@@ -15,6 +15,7 @@
 // No CUDA device code here: the CPU reference and tests use it without a GPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -65,14 +66,27 @@ float from_e4m3(std::uint8_t bits);
 // rounding is e4m3's: |x - value| <= half an e4m3 ulp of x / descale, times descale. The kernel
 // gets descale (AttentionArgs::q_descale, k_descale, v_descale) and multiplies the scores by
 // q_descale · k_descale and O by v_descale.
+//
+// By groups (FlashAttention-3's descales of shape (batch, heads); AttentionShape::head_scales): x
+// is `groups` equal contiguous chunks (a dense [B, H, N, D] tensor's (b, h) heads, B·H of them),
+// each quantized by the rule above from its own amax, so one head's large values do not cost the
+// others their precision. The kernel then gets the descales as device arrays
+// (AttentionArgs::q_head_descale, ...).
 struct QuantizedTensor {
   std::vector<std::uint8_t> bits;  // e4m3 bytes, uploaded to the device
-  std::vector<float> value;        // from_e4m3(bits[i]) · descale, exactly
-  float descale = 1.0f;            // a power of two
+  std::vector<float> value;        // from_e4m3(bits[i]) · (the descale of i's group), exactly
+  // The per-tensor descale, a power of two. With groups > 1 there is none: it is 1.0f and unused,
+  // so that code which multiplies by it (the scalar AttentionArgs::q_descale, ...) is unchanged.
+  float descale = 1.0f;
+  // One power of two a group, in order (group g: elements g·size/groups .. (g+1)·size/groups - 1);
+  // per tensor, the single element `descale`.
+  std::vector<float> descales;
+  std::size_t group_size() const { return descales.empty() ? 0 : bits.size() / descales.size(); }
 };
 // The descale of a tensor whose largest magnitude is `amax` (finite, >= 0); see above. Past fp32's
 // normal range (amax below about 2^-117) it stays 2^-126 and the smallest elements flush to 0.
 float e4m3_descale(float amax);
-QuantizedTensor quantize_e4m3(std::span<const float> x);
+// Throws std::invalid_argument for groups == 0 or a size that `groups` does not divide.
+QuantizedTensor quantize_e4m3(std::span<const float> x, std::size_t groups = 1);
 
 }  // namespace ladder

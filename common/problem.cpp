@@ -99,6 +99,7 @@ std::string AttentionShape::to_string() const {
   if (!varlen() && kv_seqlen > 0 && kv_seqlen != seqlen) s += fmt::format(" Nkv={}", kv_seqlen);
   if (varlen()) s += fmt::format(" varlen({} seqs, {} q, {} kv)", batch, total_q(), total_k());
   if (paged()) s += fmt::format(" page={}", page_size);
+  if (head_scales) s += " fp8 per-head scales";
   return s;
 }
 std::string MatmulShape::to_string() const { return fmt::format("M={} N={} K={}", m, n, k); }
@@ -167,6 +168,10 @@ std::optional<std::string> validate(const AttentionShape& s) {
   if (s.elements() > kMaxElements || s.kv_elements() > kMaxElements)
     return "attention tensors larger than 2^40 elements";
   if (s.dtype == DType::E4M3) return validate_fp8(s);
+  if (s.head_scales)
+    return fmt::format("per-head descales are fp8's (Part VIII): a {} problem has no scales to give "
+                       "per head (asked for {}); use --dtype fp8 with --fp8-scales head, or "
+                       "--fp8-scales tensor", dtype_name(s.dtype), s.to_string());
   return std::nullopt;
 }
 

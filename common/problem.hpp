@@ -50,6 +50,11 @@ struct AttentionShape {
   std::vector<int> q_lens;   // varlen: empty = dense
   std::vector<int> kv_lens;  // varlen: empty = q_lens
   int page_size = 0;   // 0: contiguous K/V
+  // Part VIII, fp8 only: one descale per (batch, head) of each of Q, K and V (FlashAttention-3's
+  // descales of shape (batch, heads)) instead of one a tensor; K and V have one per (batch, K/V
+  // head). A dense fp8 problem's (b, h) head is one contiguous block of [B, H, N, D], so each head
+  // is quantized on its own (common/dtype.hpp's groups). Variants declare Feature::HeadScales.
+  bool head_scales = false;
 
   // The properties, resolved.
   int hkv() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -86,7 +91,7 @@ struct AttentionShape {
 
   float softmax_scale() const;                                  // 1 / sqrt(D)
   // "B=4 H=8 N=4096 D=64 causal", " bf16" or " fp8" appended for those; then " Hkv=8", " Nkv=32768",
-  // " varlen(4 seqs, 10 812 q)", " page=64" for the properties that are on.
+  // " varlen(4 seqs, 10 812 q)", " page=64", " fp8 per-head scales" for the properties that are on.
   std::string to_string() const;
 };
 
@@ -106,7 +111,8 @@ struct ReductionShape {
 
 // Returns an error message for a shape that no step can run, or nothing if the shape is valid.
 // An fp8 shape must be dense self-attention (no varlen batch, paged cache or decode: no FP8
-// variant serves them) with D a multiple of 16 (16-byte rows of 1-byte elements).
+// variant serves them) with D a multiple of 16 (16-byte rows of 1-byte elements). head_scales is
+// fp8's alone: a 16-bit problem has no descales to give per head.
 std::optional<std::string> validate(const AttentionShape& s);
 std::optional<std::string> validate(const MatmulShape& s);
 std::optional<std::string> validate(const ReductionShape& s);

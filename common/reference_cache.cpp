@@ -141,7 +141,7 @@ KeyHash& KeyHash::bytes(const void* data, std::size_t size) {
 
 KeyHash& KeyHash::shape(const AttentionShape& s) {
   value(s.batch).value(s.heads).value(s.seqlen).value(s.head_dim).value(s.causal).value(s.dtype);
-  value(s.kv_heads).value(s.kv_seqlen).value(s.page_size);
+  value(s.kv_heads).value(s.kv_seqlen).value(s.page_size).value(s.head_scales);
   values(std::span<const int>(s.q_lens)).value(s.q_lens.size());
   values(std::span<const int>(s.kv_lens)).value(s.kv_lens.size());
   // The code that computes the reference: any edit of the tree changes this.

@@ -29,18 +29,20 @@ const char* feature_name(Feature f) {
     case Feature::Decode: return "a different number of keys than queries (decode)";
     case Feature::Varlen: return "a variable-length batch (cu_seqlens)";
     case Feature::Paged: return "a paged K/V cache";
+    case Feature::HeadScales: return "per-head fp8 descales";
   }
   return "?";
 }
 
 unsigned features_of(const AttentionShape& s) {
   return (s.gqa() ? unsigned(Feature::Gqa) : 0u) | (s.decode() ? unsigned(Feature::Decode) : 0u) |
-         (s.varlen() ? unsigned(Feature::Varlen) : 0u) | (s.paged() ? unsigned(Feature::Paged) : 0u);
+         (s.varlen() ? unsigned(Feature::Varlen) : 0u) | (s.paged() ? unsigned(Feature::Paged) : 0u) |
+         (s.head_scales ? unsigned(Feature::HeadScales) : 0u);
 }
 
 std::optional<std::string> Constraints::refuse(const AttentionShape& s, int sm) const {
   if (auto why = refuse_arch(min_sm, sm)) return why;
-  for (Feature f : {Feature::Gqa, Feature::Decode, Feature::Varlen, Feature::Paged})
+  for (Feature f : kAllFeatures)
     if ((features_of(s) & unsigned(f)) && !(features & unsigned(f)))
       return fmt::format("does not handle {}", feature_name(f));
   if (!head_dims.empty() &&
@@ -80,7 +82,8 @@ std::string Constraints::describe() const {
   if (max_batch_heads > 0) out += fmt::format(", B·H <= {}", max_batch_heads);
   if (dtypes.size() != 1 || dtypes[0] != DType::F16) out += ", " + dtype_names(dtypes);
   for (auto [f, name] : {std::pair{Feature::Gqa, "GQA"}, {Feature::Decode, "decode"},
-                         {Feature::Varlen, "varlen"}, {Feature::Paged, "paged"}})
+                         {Feature::Varlen, "varlen"}, {Feature::Paged, "paged"},
+                         {Feature::HeadScales, "fp8 per-head scales"}})
     if (features & unsigned(f)) out += std::string(", ") + name;
   return out;
 }

@@ -84,6 +84,20 @@ struct AttentionArgs {
   // values, value = from_e4m3(byte) · descale (common/dtype.hpp). A kernel scales its fp32 scores
   // by q_descale · k_descale (with softmax_scale) and O by v_descale. 1 for fp16 and bf16.
   float q_descale = 1.f, k_descale = 1.f, v_descale = 1.f;
+  // fp8 with per-head descales (shape.head_scales, Feature::HeadScales; FlashAttention-3's
+  // descales of shape (batch, heads)): device arrays of powers of two, null unless
+  // shape.head_scales.
+  //   q_head_descale  B·H floats,   Q head (b, h)    at b·H + h     (H = shape.heads)
+  //   k_head_descale  B·Hkv floats, K head (b, hk)   at b·Hkv + hk  (Hkv = shape.hkv())
+  //   v_head_descale  B·Hkv floats, V head (b, hk)   at b·Hkv + hk
+  // value = from_e4m3(byte) · (its head's descale). When they are set, q_descale, k_descale and
+  // v_descale are 1, so a kernel that folds the scalars and the per-head values alike multiplies
+  // by each factor exactly once: query row (b, h) scores by q_descale · k_descale ·
+  // q_head_descale[b·H + h] · k_head_descale[b·Hkv + h / group], O by v_descale ·
+  // v_head_descale[b·Hkv + h / group]. They live as long as q, k and v.
+  const float* q_head_descale = nullptr;
+  const float* k_head_descale = nullptr;
+  const float* v_head_descale = nullptr;
 
   template <class Element>
   struct Tensors {
@@ -198,14 +212,19 @@ class LibraryRefusal : public std::runtime_error {
 };
 
 // ---- What a variant can run ---------------------------------------------------------------------
-// Part VI's properties of an attention problem (common/problem.hpp). A variant runs a problem only
-// if it declares every property the problem has (Variant::serves); Parts I-V declare none.
+// Part VI's properties of an attention problem (common/problem.hpp), and Part VIII's per-head fp8
+// descales. A variant runs a problem only if it declares every property the problem has
+// (Variant::serves); Parts I-V declare none.
 enum class Feature : unsigned {
-  Gqa = 1,     // fewer K/V heads than Q heads
-  Decode = 2,  // a different number of keys than queries (causal aligned to the end)
-  Varlen = 4,  // a packed variable-length batch, cu_seqlens
-  Paged = 8,   // a paged K/V cache, block table
+  Gqa = 1,          // fewer K/V heads than Q heads
+  Decode = 2,       // a different number of keys than queries (causal aligned to the end)
+  Varlen = 4,       // a packed variable-length batch, cu_seqlens
+  Paged = 8,        // a paged K/V cache, block table
+  HeadScales = 16,  // fp8: one descale per (batch, head) (AttentionArgs::q_head_descale, ...)
 };
+// Every Feature, in the order refusals name them.
+inline constexpr Feature kAllFeatures[] = {Feature::Gqa, Feature::Decode, Feature::Varlen,
+                                           Feature::Paged, Feature::HeadScales};
 const char* feature_name(Feature f);
 // The properties a problem has, as a mask of Feature bits.
 unsigned features_of(const AttentionShape& s);

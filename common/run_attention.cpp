@@ -2,8 +2,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 #include "common/compare.hpp"
 #include "common/device_buffer.hpp"
@@ -83,24 +85,51 @@ void ensure_attention_fits(const Session& session, const AttentionShape& shape,
                    "Q, K, V and the outputs kept for comparison");
 }
 
-// One of Q, K, V: drawn as the problem's 16-bit type draws it, and for fp8 drawn as bf16 (the same
-// seed, stream and scale) and then quantized per tensor (common/dtype.hpp), so that an fp8 problem
-// is the bf16 problem of the same options, rounded once more.
-struct InputTensor {
-  InputTensor(std::size_t count, const RunOptions& options, InputStream stream, DType dtype, float scale)
-      : drawn(random_tensor16(count, options.seed, stream, dtype == DType::E4M3 ? DType::BF16 : dtype, scale)),
-        quantized(dtype == DType::E4M3) {
-    if (quantized) fp8 = quantize_e4m3(drawn.value);
+// RunOptions::head_magnitudes: head g (of `heads` contiguous blocks) times 2^(g mod 4 - 2). The
+// 16-bit bits are re-rounded from the scaled values (exact but at fp16's extremes) and the values
+// re-read from them, so the two stay one tensor.
+constexpr int kHeadMagnitudeCycle = 4, kHeadMagnitudeLowest = -2;
+void vary_head_magnitudes(Tensor16& t, std::int64_t heads, const AttentionShape& shape) {
+  if (shape.varlen())  // [total, H, D] interleaves the heads: no contiguous block a head
+    throw std::invalid_argument("RunOptions::head_magnitudes takes the dense layouts only, not a "
+                                "variable-length batch (" + shape.to_string() + ")");
+  const std::size_t size = t.value.size() / std::size_t(heads);
+  for (std::size_t i = 0; i < t.value.size(); ++i) {
+    const int exponent = int((i / size) % kHeadMagnitudeCycle) + kHeadMagnitudeLowest;
+    t.bits[i] = to_bits(t.dtype, std::ldexp(t.value[i], exponent));
+    t.value[i] = from_bits(t.dtype, t.bits[i]);
   }
-  // What the kernels compute with, and so the references: the elements, or their e4m3 values.
+}
+
+// One of Q, K, V: drawn as the problem's 16-bit type draws it, and for fp8 drawn as bf16 (the same
+// seed, stream and scale) and then quantized (common/dtype.hpp), per tensor or, with
+// shape.head_scales, per head (`heads` groups: B·H of Q, B·Hkv of K and V, each (b, h) head a
+// contiguous block of the dense layout), so that an fp8 problem is the bf16 problem of the same
+// options, rounded once more.
+struct InputTensor {
+  InputTensor(std::size_t count, const RunOptions& options, InputStream stream, const AttentionShape& shape,
+              std::int64_t heads, float scale)
+      : drawn(random_tensor16(count, options.seed, stream,
+                              shape.dtype == DType::E4M3 ? DType::BF16 : shape.dtype, scale)),
+        quantized(shape.dtype == DType::E4M3), per_head(shape.head_scales) {
+    if (options.head_magnitudes) vary_head_magnitudes(drawn, heads, shape);
+    if (quantized) fp8 = quantize_e4m3(drawn.value, per_head ? std::size_t(heads) : 1);
+  }
+  // What the kernels compute with, and so the references: the elements, or their e4m3 values
+  // (each times its own head's descale when per head).
   const std::vector<float>& value() const { return quantized ? fp8.value : drawn.value; }
-  float descale() const { return quantized ? fp8.descale : 1.0f; }
+  // The scalar descale (AttentionArgs::q_descale, ...): 1 unless fp8 per tensor; per head it is 1,
+  // the contract of AttentionArgs::q_head_descale, so that each head's factor is applied once.
+  float descale() const { return quantized && !per_head ? fp8.descale : 1.0f; }
+  // The per-head descales (AttentionArgs::q_head_descale, ...), or nothing unless per head.
+  std::vector<float> head_descales() const { return per_head ? fp8.descales : std::vector<float>{}; }
   // The bytes the device holds: the 16-bit elements' bits, or the e4m3 bytes.
   const void* data() const { return quantized ? static_cast<const void*>(fp8.bits.data()) : drawn.bits.data(); }
   std::size_t bytes() const { return quantized ? fp8.bits.size() : drawn.bits.size() * sizeof(std::uint16_t); }
 
   Tensor16 drawn;  // fp8: the bf16 values before quantization
   bool quantized;
+  bool per_head;        // fp8 with shape.head_scales
   QuantizedTensor fp8;  // fp8 only
 };
 
@@ -118,9 +147,9 @@ std::vector<std::uint16_t> as_16bit(const std::vector<std::uint8_t>& bytes) {
 // The seeded inputs on the host and on the device, and the output buffers every variant writes.
 struct AttentionBuffers {
   AttentionBuffers(const AttentionShape& shape, const RunOptions& options)
-      : q(q_elements(shape), options, kStreamQ, shape.dtype, options.q_scale),
-        k(kv_logical(shape), options, kStreamK, shape.dtype, options.k_scale),
-        v(kv_logical(shape), options, kStreamV, shape.dtype, 1.0f),
+      : q(q_elements(shape), options, kStreamQ, shape, std::int64_t(shape.batch) * shape.heads, options.q_scale),
+        k(kv_logical(shape), options, kStreamK, shape, std::int64_t(shape.batch) * shape.hkv(), options.k_scale),
+        v(kv_logical(shape), options, kStreamV, shape, std::int64_t(shape.batch) * shape.hkv(), 1.0f),
         index(shape),
         dq(q_elements(shape) * element_bytes(shape.dtype)),
         dk(kv_stored(shape) * element_bytes(shape.dtype)),
@@ -128,8 +157,15 @@ struct AttentionBuffers {
         dout(q_elements(shape)),
         dlse(std::size_t(shape.rows())),
         dcu_q(shape.varlen() ? shape.batch + 1 : 0), dcu_k(shape.varlen() ? shape.batch + 1 : 0),
-        dtable(shape.paged() ? std::size_t(shape.batch) * shape.pages_per_seq() : 0) {
+        dtable(shape.paged() ? std::size_t(shape.batch) * shape.pages_per_seq() : 0),
+        dq_head_descale(q.head_descales().size()), dk_head_descale(k.head_descales().size()),
+        dv_head_descale(v.head_descales().size()) {
     upload_bytes(dq, q.data(), q.bytes());
+    if (shape.head_scales) {  // fp8 per head (validate: fp8 only); empty buffers, null pointers, otherwise
+      dq_head_descale.upload(q.head_descales());
+      dk_head_descale.upload(k.head_descales());
+      dv_head_descale.upload(v.head_descales());
+    }
     if (shape.paged()) {  // 16-bit only: validate() refuses a paged fp8 cache
       PagedCache cache = page_cache(shape, index, k.drawn.bits, v.drawn.bits, options.seed);
       upload_bytes(dk, cache.k.data(), cache.k.size() * sizeof(std::uint16_t));
@@ -151,6 +187,8 @@ struct AttentionBuffers {
   DeviceBuffer<std::uint16_t> dout;       // 16-bit: the element type, or fp8's bf16
   DeviceBuffer<float> dlse;
   DeviceBuffer<int> dcu_q, dcu_k, dtable;  // varlen, paged; empty otherwise
+  // fp8 per head: B·H, B·Hkv, B·Hkv descales (AttentionArgs::q_head_descale, ...); empty otherwise.
+  DeviceBuffer<float> dq_head_descale, dk_head_descale, dv_head_descale;
   std::vector<int> block_table;
 };
 
@@ -205,13 +243,24 @@ struct AttentionDims {
 
 // --save of an fp8 problem's inputs: the e4m3 bytes as uint8 ("|u1"; NumPy has no e4m3, and
 // ml_dtypes.float8_e4m3fn reads the same bytes) and the descales, value = e4m3(byte) · descale.
+// Per head, the scalars are 1 (AttentionArgs' contract) and q_head_descale, k_head_descale,
+// v_head_descale are lists in the (b, h) order of the arrays the kernels get (B·H, B·Hkv, B·Hkv
+// long, index b·H + h): head (b, h)'s value = e4m3(byte) * descale * head_descale[b·H + h].
 void save_fp8_inputs(const std::string& dir, const AttentionBuffers& in, const AttentionDims& dims) {
   write_npy(dir + "/q.npy", "|u1", dims.q, in.q.data(), in.q.bytes());
   write_npy(dir + "/k.npy", "|u1", dims.kv, in.k.data(), in.k.bytes());
   write_npy(dir + "/v.npy", "|u1", dims.kv, in.v.data(), in.v.bytes());
-  const nlohmann::json descales = {
+  nlohmann::json descales = {
       {"format", "OCP e4m3fn bytes (bias 7, max 448, 0x7F/0xFF NaN); value = e4m3(byte) * descale"},
       {"q_descale", in.q.descale()}, {"k_descale", in.k.descale()}, {"v_descale", in.v.descale()}};
+  if (in.q.per_head) {
+    descales["format"] = "OCP e4m3fn bytes (bias 7, max 448, 0x7F/0xFF NaN); value = e4m3(byte) * "
+                         "descale * head_descale[b * heads + h] (heads: of that tensor, K/V heads "
+                         "for k and v)";
+    descales["q_head_descale"] = in.q.head_descales();
+    descales["k_head_descale"] = in.k.head_descales();
+    descales["v_head_descale"] = in.v.head_descales();
+  }
   std::ofstream out(dir + "/descales.json");
   out << descales.dump(1) << "\n";
   if (!out) throw std::ios_base::failure("failed writing " + dir + "/descales.json");
@@ -260,9 +309,12 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
       {p.sm_count, p.session.gpu.l2_bytes},
       {shape.varlen() ? b.dcu_q.get() : nullptr, shape.varlen() ? b.dcu_k.get() : nullptr,
        shape.paged() ? b.dtable.get() : nullptr});
-  args.q_descale = b.q.descale();  // 1 unless fp8
+  args.q_descale = b.q.descale();  // 1 unless fp8 per tensor
   args.k_descale = b.k.descale();
   args.v_descale = b.v.descale();
+  args.q_head_descale = b.dq_head_descale.get();  // null unless fp8 per head (an empty buffer)
+  args.k_head_descale = b.dk_head_descale.get();
+  args.v_head_descale = b.dv_head_descale.get();
   const auto launch = std::get<AttentionLaunch>(variant.launch);
 
   VariantHooks hooks;

@@ -90,6 +90,7 @@ std::string attention_save_name(const std::string& kind, const AttentionShape& s
   if (!shape.varlen() && shape.kv_len(0) != shape.seqlen) name += fmt::format("_Nkv{}", shape.kv_len(0));
   if (shape.varlen()) name += fmt::format("_varlen{}", shape.total_q());
   if (shape.paged()) name += fmt::format("_page{}", shape.page_size);
+  if (shape.head_scales) name += "_headscales";  // fp8 per head: its bytes differ from per tensor's
   return name;
 }
 
@@ -125,6 +126,9 @@ nlohmann::json attention_shape_json(const AttentionShape& shape, const RunOption
     if (!shape.kv_lens.empty()) json["kv_lens"] = shape.kv_lens;
   }
   if (shape.paged()) json["page_size"] = shape.page_size;
+  // Part VIII's per-head descales likewise: only where on, so per-tensor fp8 files read as before.
+  if (shape.head_scales) json["head_scales"] = true;
+  if (options.head_magnitudes) json["head_magnitudes"] = true;  // the inputs differ: say so
   return json;
 }
 

@@ -52,6 +52,11 @@ struct RunOptions {
   std::int64_t max_reference_rows = 2048;
   std::uint64_t seed = 20261129;
   float q_scale = 1.0f, k_scale = 1.0f;  // the large-logit case multiplies Q and K
+  // Attention, dense layouts: each (b, h) head of Q (and (b, hk) head of K and V) drawn times a
+  // power of two of its own, 2^(g mod 4 - 2) for head g = b·H + h (b·Hkv + hk), so that the heads'
+  // magnitudes, and so their per-head fp8 descales, differ: a kernel that reads another head's
+  // descale fails (the GPU tests' per-head grid). Exact in every type (a power of two).
+  bool head_magnitudes = false;
   std::string save_dir;     // non-empty: write inputs and outputs as .npy here
   bool verbose = false;
   // > 0: the SM count the launches are told (AttentionArgs / BackwardArgs::sm_count) instead of

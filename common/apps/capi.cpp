@@ -165,7 +165,10 @@ Prepared prepare(const char* id, const char* kind, const AttentionShape& shape, 
   const ladder::Variant* variant = find_variant<Launch>(id ? id : "", kind, &why);
   if (!variant) throw CallError{why};
   // The interface passes 16-bit tensors and no descales; an fp8 variant is the harness's alone.
-  if (shape.dtype == ladder::DType::E4M3 ||
+  // Its shapes are built fp16 or bf16 with head_scales off, and validate() refuses head_scales
+  // without fp8; the check names it too, so that no per-head problem reaches a launch without its
+  // descale arrays (AttentionArgs::q_head_descale, ...) should a later entry point build one.
+  if (shape.dtype == ladder::DType::E4M3 || shape.head_scales ||
       std::none_of(variant->constraints.dtypes.begin(), variant->constraints.dtypes.end(),
                    [](ladder::DType t) { return t != ladder::DType::E4M3; }))
     throw CallError{std::string(id) + " runs fp8 only: this interface takes fp16 and bf16 tensors "

@@ -52,7 +52,9 @@ bool positive_power_of_two(float x) {
 }
 
 // fp8 problems are dense self-attention (validate_fp8, common/problem.cpp): GQA is the one Part VI
-// property they may have, and cuDNN's FP8 graph takes K and V of Hkv heads.
+// property they may have, and cuDNN's FP8 graph takes K and V of Hkv heads. Not Feature::HeadScales:
+// sdpa_fp8's descale_q, descale_k and descale_v are scalar tensors (1, 1, 1, 1), so a problem with
+// one descale per (batch, head) is refused ("does not handle per-head fp8 descales"), built or not.
 constexpr std::initializer_list<Feature> kFp8Features = {Feature::Gqa};
 
 }  // namespace
@@ -220,6 +222,11 @@ void widen(const AttentionArgs& args, cudaStream_t stream, CudnnFp8Graph& g) {
 // The launch: cuDNN's graph execution (and, on a problem's first launch, everything before it).
 void launch_cudnn_fp8(const AttentionArgs& args, cudaStream_t stream) {
   const auto t = args.as_fp8();  // throws for a problem that is not fp8
+  // The row does not serve Feature::HeadScales, so the harness never launches it on such a problem;
+  // a caller that did would get the scalar descales (1) and a wrong O, so it is stopped here.
+  if (args.shape.head_scales || args.q_head_descale || args.k_head_descale || args.v_head_descale)
+    throw std::logic_error("cuDNN FP8 peer: launched with per-head descales, which sdpa_fp8 does not "
+                           "take (its descales are scalars); run the problem with --fp8-scales tensor");
   const int device = current_device();
   CudnnGraphKey key;
   CudnnFp8Graph& g = graph_for(args, device, key);

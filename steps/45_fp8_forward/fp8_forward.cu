@@ -16,10 +16,11 @@
 //   - P is quantized to e4m3 too: the softmax computes P · 2^8 (online_softmax's kPLog2Offset) so
 //     that it sits in e4m3's normal range, and the row sum carries the same factor.
 //
-// The scales: each tensor arrives with one power-of-two descale (Q's, K's, V's: the harness's
-// quantization, common/dtype.hpp). S = (Q₈·K₈ᵀ)·q_descale·k_descale, so both fold into the softmax
-// scale; O = (P·V₈)·v_descale / l, so V's folds into the final division. Accumulation is fp32
-// throughout, O is written in bf16.
+// The scales: each tensor arrives with power-of-two descales (the harness's quantization,
+// common/dtype.hpp), one a tensor or one a head (FlashAttention-3's (batch, head) descales).
+// S = (Q₈·K₈ᵀ)·q_descale·k_descale, so both fold into the softmax scale; O = (P·V₈)·v_descale / l,
+// so V's folds into the final division. With one a head, a tile reads its head's three once, before
+// its first block. Accumulation is fp32 throughout, O is written in bf16.
 //
 // Everything else is step 33's kernel: the persistent static schedule (the row walk; with the
 // causal mask the snake; GQA's group walk), the ping-pong of two consumer warpgroups, 64 query
@@ -75,6 +76,16 @@ struct Tile {
 // How the transposing warps move V's bytes (common/device/hopper/fp8.cuh, common/fp8_layout.hpp).
 enum class Transpose { Matrices, Words };
 
+// The descales as the kernel folds them: the per-tensor ones already in scale_log2 and inv_v;
+// the per-head arrays (AttentionArgs::q_head_descale, ...) null unless the problem has them.
+struct Fp8Scales {
+  float scale_log2;    // softmax_scale · log2(e) · q_descale · k_descale
+  float inv_v;         // 1 / v_descale
+  const float* q_head;  // [B·H], or null
+  const float* k_head;  // [B·Hkv]
+  const float* v_head;  // [B·Hkv]
+};
+
 // ---- The kernel -------------------------------------------------------------------------------
 // grid: Scheduler::grid_size (about one CTA per SM); 1 producer + 2 consumer warpgroups.
 template <class Scheduler, class T, bool kCausal, Transpose kTranspose>
@@ -82,7 +93,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     fp8_forward_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                        const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                        const __grid_constant__ typename Scheduler::Params schedule, int n, int group,
-                       float scale_log2, float inv_v_descale, __nv_bfloat16* o) {
+                       const Fp8Scales scales, __nv_bfloat16* o) {
 #if LADDER_SM90A
   extern __shared__ unsigned char smem_raw[];
   auto& st = hopper::aligned_smem<typename T::Storage>(smem_raw);
@@ -169,6 +180,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   for (hopper::WorkTile w = scheduler.consumer_first(); w.valid; w = scheduler.consumer_next()) {
     const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
     const int row0 = sp.q_start + local_row0;
+    // This tile's head's descales (a head of Q, its K/V head w.bh / group): the same address in
+    // every thread, one broadcast load each.
+    float scale_log2 = scales.scale_log2, inv_v_descale = scales.inv_v;
+    if (scales.q_head != nullptr) {
+      const int kv_bh = w.bh / group;
+      scale_log2 *= scales.q_head[w.bh] * scales.k_head[kv_bh];
+      inv_v_descale /= scales.v_head[kv_bh];
+    }
 #pragma unroll
     for (int i = 0; i < T::kHeadDim / 2; ++i) acc_o[i] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
@@ -265,10 +284,12 @@ template <class Scheduler, class T, bool kCausal, Transpose kTranspose>
 void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
   const auto& sh = args.shape;
   const hopper::ScheduleArgs sched = hopper::dense_schedule<T>(args, stream, sh.group());
-  const float scale_log2 = args.softmax_scale * ladder::kLog2e * args.q_descale * args.k_descale;
+  // Per-head descales come with the scalars at 1 (AttentionArgs' contract): each is folded once.
+  const Fp8Scales scales{args.softmax_scale * ladder::kLog2e * args.q_descale * args.k_descale, 1.f / args.v_descale,
+                         args.q_head_descale, args.k_head_descale, args.v_head_descale};
   hopper::launch_persistent<T>(fp8_forward_kernel<Scheduler, T, kCausal, kTranspose>, "fp8_forward_kernel",
                                Scheduler::grid_size(sched), fp8_maps<T>(args), Scheduler::make_params(sched),
-                               stream, sh.seqlen, sh.group(), scale_log2, 1.f / args.v_descale, args.as_fp8().o);
+                               stream, sh.seqlen, sh.group(), scales, args.as_fp8().o);
 }
 
 // Causal: the snake. Without a mask: the row walk, or GQA's group walk (the heads that read one
@@ -302,7 +323,7 @@ ladder::Variant fp8_variant(const char* name, const char* what, ladder::Attentio
       .needs_sm(90)
       .for_head_dims({128})
       .for_dtypes({ladder::DType::E4M3})
-      .serves({ladder::Feature::Gqa})
+      .serves({ladder::Feature::Gqa, ladder::Feature::HeadScales})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
       .with_kernels([kernels_of](int) { return kernels_of(); });
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -128,6 +129,93 @@ TEST_CASE("attention in fp8: the inputs are the bf16 draws quantized, saved as b
     int exponent = 0;
     CHECK(std::frexp(descales[name].get<float>(), &exponent) == 0.5f);  // powers of two
   }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+namespace {
+// The fp8 variants that serve per-head descales (Feature::HeadScales); the others refuse them
+// ("does not handle per-head fp8 descales", tests/cpu/test_fp8_head_scales.cpp).
+std::vector<VariantRef> variants_with_head_scales() {
+  std::vector<VariantRef> out;
+  for (const auto& ref : variants_running(DType::E4M3))
+    if (ref.variant().constraints.features & unsigned(Feature::HeadScales)) out.push_back(ref);
+  return out;
+}
+}  // namespace
+
+// Part VIII with FlashAttention-3's (batch, head) descales: each head of Q, K, V quantized on its
+// own. B = 2, so that the arrays' index b·H + h (b·Hkv + hk) is read past the first sequence, and
+// the heads drawn at different magnitudes (RunOptions::head_magnitudes), so that their descales
+// differ and a kernel that reads another head's, or folds one twice, fails. The ragged grid dense
+// and, where it has 3 heads, MQA (one K/V head for the three); then GQA (4 heads on 2) with large
+// logits. Skipped where no variant of this ctest entry's step serves it.
+TEST_CASE("attention in fp8 with per-head descales: ragged grid, causal and not, GQA, large logits",
+          "[gpu][attention][fp8][head_scales]") {
+  const auto variants = variants_with_head_scales();
+  if (variants.empty()) return;
+  RunOptions options = testing::check_options();
+  options.head_magnitudes = true;
+  for (const auto [heads, n] : testing::ragged_grid(kSeqlens, variants))
+    for (int kv_heads : {0, 1}) {
+      if (kv_heads == 1 && heads == 1) continue;  // one head: MQA is the dense problem
+      for (int d : kHeadDims)
+        for (bool causal : {false, true}) {
+          const AttentionShape shape{.batch = 2, .heads = heads, .seqlen = n, .head_dim = d, .causal = causal,
+                                     .dtype = DType::E4M3, .kv_heads = kv_heads, .head_scales = true};
+          testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+          REQUIRE_FALSE(testing::session().context_lost);
+        }
+    }
+  options.q_scale = 5.0f;
+  options.k_scale = 3.0f;
+  for (int d : kHeadDims)
+    for (bool causal : {false, true}) {
+      const AttentionShape shape{.batch = 2, .heads = 4, .seqlen = testing::long_seqlen(), .head_dim = d,
+                                 .causal = causal, .dtype = DType::E4M3, .kv_heads = 2, .head_scales = true};
+      testing::check_attention_run(run_attention(testing::session(), shape, variants, options), variants, shape);
+      REQUIRE_FALSE(testing::session().context_lost);
+    }
+}
+
+// The runner's side of per-head descales, whichever variants run them: --save's descales.json
+// holds the scalars at 1 and one descale a head of each tensor, each its own head's rule, and the
+// variants that do not serve the feature are skipped for that reason.
+TEST_CASE("attention in fp8 per head: the descales saved are one a head, the scalars 1",
+          "[gpu][attention][fp8][head_scales]") {
+  const auto variants = testing::variants_of(Kind::Attention);
+  if (variants.empty()) return;
+  const AttentionShape shape{.batch = 2, .heads = 4, .seqlen = 113, .head_dim = 64, .causal = true,
+                             .dtype = DType::E4M3, .kv_heads = 2, .head_scales = true};
+  const auto dir = std::filesystem::temp_directory_path() / ("ladder_fp8_heads_" + std::to_string(std::random_device{}()));
+  RunOptions options = testing::check_options();
+  options.save_dir = dir.string();
+  options.head_magnitudes = true;
+  const ProblemRun run = run_attention(testing::session(), shape, variants, options);
+  testing::check_attention_run(run, variants, shape);
+  REQUIRE(run.rows.size() == variants.size());
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].variant().constraints.features & unsigned(Feature::HeadScales)) continue;
+    INFO(run.rows[i].id << ": " << run.rows[i].note);
+    CHECK(run.rows[i].status == Row::Status::Skipped);
+  }
+  std::ifstream json_file(dir / "attention_B2_H4_N113_D64_causal_fp8_Hkv2_headscales" / "descales.json");
+  REQUIRE(json_file.good());
+  const nlohmann::json descales = nlohmann::json::parse(json_file);
+  for (const char* name : {"q_descale", "k_descale", "v_descale"}) CHECK(descales[name].get<float>() == 1.0f);
+  const std::vector<float> q = descales["q_head_descale"].get<std::vector<float>>();
+  REQUIRE(q.size() == std::size_t(shape.batch * shape.heads));
+  CHECK(descales["k_head_descale"].get<std::vector<float>>().size() == std::size_t(shape.batch * shape.hkv()));
+  CHECK(descales["v_head_descale"].get<std::vector<float>>().size() == std::size_t(shape.batch * shape.hkv()));
+  // Q's, recomputed: the bf16 draws of the seed, each head at its magnitude, quantized per head.
+  Tensor16 drawn = random_tensor16(std::size_t(shape.elements()), options.seed, run_detail::kStreamQ, DType::BF16,
+                                   options.q_scale);
+  const std::size_t head = std::size_t(shape.seqlen) * shape.head_dim;
+  for (std::size_t i = 0; i < drawn.value.size(); ++i)
+    drawn.value[i] = from_bits(DType::BF16, to_bits(DType::BF16, std::ldexp(drawn.value[i], int((i / head) % 4) - 2)));
+  const QuantizedTensor expected = quantize_e4m3(drawn.value, q.size());
+  CHECK(q == expected.descales);
+  CHECK(std::set<float>(q.begin(), q.end()).size() > 1);  // the heads' magnitudes differ, and so their descales
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
 }
