@@ -381,8 +381,19 @@ std::vector<VariantRef> select_variants(const Registry& registry, const CliOptio
       // Library rows: every run of a track that has a lesson selected includes them (they are
       // last in the registry, so the tracks are known by now), unless --no-peers.
       const bool asked = wanted.count(step.number) > 0;  // --steps 99 runs the peers alone
-      if (asked || (o.peers && tracks.count(step.track)))
-        for (std::size_t i = 0; i < step.variants.size(); ++i) out.push_back({&step, i});
+      // A --variant that names a peer row (99/cudnn_fp8) narrows the peers to the rows named.
+      auto named = [&](std::size_t i) {
+        const std::string id = variant_id(step, step.variants[i]);
+        return std::find(o.variants.begin(), o.variants.end(), id) != o.variants.end();
+      };
+      bool any_named = false;
+      for (std::size_t i = 0; i < step.variants.size(); ++i) any_named = any_named || named(i);
+      if (asked || any_named || (o.peers && tracks.count(step.track)))
+        for (std::size_t i = 0; i < step.variants.size(); ++i) {
+          if (any_named && !named(i)) continue;
+          if (any_named) matched.insert(variant_id(step, step.variants[i]));
+          out.push_back({&step, i});
+        }
       continue;
     }
     if (!wanted.empty() && !wanted.count(step.number)) continue;

@@ -129,6 +129,25 @@ TEST_CASE("step selection", "[cli][registry]") {
   o = parse({"--variant", "no_such_variant"});
   CHECK_THROWS_AS(select_variants(registry, *o.options, -1), UsageError);
 
+  // A --variant naming a peer row keeps the peers to the rows named (the round's fp8 stage names
+  // 99/cudnn and 99/cudnn_fp8 beside 45/fp8); with no peer named, every peer row of the track runs.
+  // (99/cudnn_fp8 is registered where cuDNN was found at configure time: CI builds without it.)
+  bool have_cudnn_fp8 = false;
+  for (const auto& s : registry.steps())
+    for (const auto& v : s.variants) have_cudnn_fp8 = have_cudnn_fp8 || (s.number == 99 && v.name == "cudnn_fp8");
+  if (have_cudnn_fp8) {
+    o = parse({"--steps", "33,45,99", "--variant", "45/fp8", "--variant", "99/cudnn_fp8"});
+    REQUIRE(o.options);
+    std::set<std::string> picked;
+    for (const auto& ref : select_variants(registry, *o.options, -1))
+      picked.insert(std::to_string(ref.step->number) + "/" + ref.variant().name);
+    CHECK(picked == std::set<std::string>{"45/fp8", "99/cudnn_fp8"});
+    o = parse({"--steps", "45,99", "--variant", "45/fp8"});
+    std::size_t peers = 0;
+    for (const auto& ref : select_variants(registry, *o.options, -1)) peers += ref.step->peers_only();
+    CHECK(peers > 1);  // 99/cudnn, 99/cudnn_lse, 99/cudnn_fp8, ...
+  }
+
   o = parse({"--steps", "4-99"});  // a range selects the registered steps inside it
   for (const auto& ref : select_variants(registry, *o.options, -1)) CHECK(ref.step->number >= 4);
   o = parse({"--steps", "80-89"});
