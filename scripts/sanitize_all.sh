@@ -4,7 +4,7 @@
 # step and tool, through `ladder --steps S --dtype fp16,bf16 --serving`, and each lab's solution
 # checker with --no-time. Meant to fit one 10-minute call on an H200 (16 cores): see --budget.
 #
-#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-44, labs L01-L12, 4 tools
+#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-45, labs L01-L12 and L14, 4 tools
 #   scripts/sanitize_all.sh -j 16 --build build/round OUT_LOG
 #   scripts/sanitize_all.sh --steps 20-22,25 --tools racecheck --labs none OUT_LOG
 #
@@ -13,7 +13,7 @@
 # --build DIR   the build folder with bin/ladder and bin/lab_LNN_solution (default build/gpu)
 # --steps LIST  steps to run (default 3-44; 98 and 99, the library peers, are never sanitized)
 # --tools LIST  comma separated: memcheck, racecheck, synccheck, initcheck (default all four)
-# --labs LIST   labs to run, comma separated (default L01-L12), or none
+# --labs LIST   labs to run, comma separated (default L01-L12 and L14), or none
 # --timeout T   seconds per job (default 300); a job past it is reported as a timeout
 # --budget S    seconds for the whole run (default 540): a job gets at most what is left, and a job
 #               not started by then is reported as not run, so the log is written in time
@@ -34,7 +34,7 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die_usage() { echo "sanitize_all.sh: $*" >&2; echo "try: scripts/sanitize_all.sh --help" >&2; exit 2; }
 
 readonly kAllTools="memcheck racecheck synccheck initcheck"
-readonly kAllLabs="L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12"
+readonly kAllLabs="L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L14"
 readonly kOuterGraceSeconds=30   # a job's own limit past sanitize.sh's, for its filter and logs
 readonly kSlowestShown=15        # the slowest jobs listed under the table
 # Labs whose checker launches no kernel (compute-sanitizer stops them: "terminated before first
@@ -45,7 +45,7 @@ readonly kCpuOnlyLabs="L03"
 export LADDER_LAB_STALL_MS=60000
 readonly kLabCost=12             # a lab job's cost guess (the queue's order only), before the tool's weight
 
-jobs_max=12 build=build/gpu steps_arg=3-44 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
+jobs_max=12 build=build/gpu steps_arg=3-45 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
 limit=300 budget=540 out=""
 value() { [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"; }
 while (($#)); do

@@ -23,6 +23,7 @@
 #include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
+#include "labs/common/cuda_error.hpp"
 #include "labs/L11_wgmma_descriptor/lab11.hpp"
 
 namespace {
@@ -120,9 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-std::string cuda_error(const char* what, cudaError_t e) {
-  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-}
+using lab::cuda_error;
 
 }  // namespace
 

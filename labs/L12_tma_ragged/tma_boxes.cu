@@ -20,6 +20,7 @@
 #include "common/device/hopper/smem.cuh"
 #include "common/device/hopper/tma.cuh"
 #include "common/device/ptx.cuh"
+#include "labs/common/cuda_error.hpp"
 #include "labs/L12_tma_ragged/lab12.hpp"
 
 namespace {
@@ -101,9 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-std::string cuda_error(const char* what, cudaError_t e) {
-  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-}
+using lab::cuda_error;
 
 }  // namespace
 

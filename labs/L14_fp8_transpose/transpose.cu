@@ -18,6 +18,7 @@
 #include <transpose_map.hpp>
 
 #include "common/device/hopper/arch.cuh"
+#include "labs/common/cuda_error.hpp"
 #include "common/device/hopper/smem.cuh"
 #include "common/device/ptx.cuh"
 #include "labs/L14_fp8_transpose/lab14.hpp"
@@ -101,9 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) transpose_kernel(const std::uint8
 #endif
 }
 
-std::string cuda_error(const char* what, cudaError_t e) {
-  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
-}
+using lab::cuda_error;
 
 }  // namespace
 
