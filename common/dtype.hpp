@@ -50,6 +50,11 @@ inline constexpr std::uint8_t kE4M3NaN = 0x7F;    // what a NaN converts to
 // e4m3 has only its subnormals below 2^-6; P·2^8 lies in [0, 256], inside e4m3's 448, so P keeps
 // 3 fraction bits down to 2^-14. The row sum is taken from the unscaled fp32 P.
 inline constexpr float kE4M3PScale = 256.0f;
+// The key tile of Part VIII's FP8 kernels, which the low-precision reference follows: P is rounded
+// to e4m3 against the running max of the blocks seen so far (reference.cpp says why), block by
+// block over this many keys, visited from the last block to the first as the kernels visit them.
+// A kernel with another key tile must change this (step 45 asserts that they agree).
+inline constexpr int kE4M3KeyBlock = 128;
 
 // Round to nearest even, saturating to ±448 (what cvt.rn.satfinite.e4m3x2.f32 does: infinities
 // and finite overflows become ±448, NaN becomes 0x7F); the byte as stored.

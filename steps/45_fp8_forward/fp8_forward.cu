@@ -37,6 +37,7 @@
 
 #include "common/device/hopper/fp8.cuh"
 #include "common/device/hopper/hopper.cuh"
+#include "common/dtype.hpp"
 #include "common/math.hpp"
 #include "common/registry.hpp"
 #include "common/strings.hpp"
@@ -64,6 +65,7 @@ struct Tile {
   using Storage = hopper::Fp8AttentionStorage<kHeadDim, kBlockM, kBlockN, kStages>;
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
   static_assert(kBlockM % kBlockN == 0);
+  static_assert(kBlockN == ladder::kE4M3KeyBlock, "the low-precision reference rounds P block by block over kE4M3KeyBlock keys");
   static_assert(kSmemBytes <= 227 * 1024, "an H200 CTA has 227 KiB of shared memory");
   // setmaxnreg moves registers between warps of the CTA's own allocation: what the launch gave
   // each thread (65536 / kThreads, rounded down to 8: 168), not the SM's 65536. A consumer's

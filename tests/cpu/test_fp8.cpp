@@ -255,30 +255,40 @@ Fp8Problem fp8_problem(int seqlen, bool causal, float q_scale = 1.0f) {
 }
 
 // What an FP8 kernel of the brief computes for one row, written out again: fp32 scores of the
-// dequantized inputs, the exact max, fp32 P, P·2^8 rounded to e4m3 for P·V, l from fp32 P, bf16 O.
-// Another `offset` plants a bug: 1 rounds P to e4m3 without FlashAttention-3's offset, 2^9 lets
-// the largest P saturate at 448.
-std::vector<double> fp8_forward_by_hand(const Fp8Problem& p, float offset = kE4M3PScale) {
+// dequantized inputs; key blocks of `key_block` keys from the last to the first, each raising the
+// running max m and rescaling O and l by exp(m_old − m_new); fp32 P = exp(s − m), P·2^8 rounded
+// to e4m3 for P·V, l from fp32 P; bf16 O. Another `offset` plants a bug: 1 rounds P to e4m3
+// without FlashAttention-3's offset, 2^9 lets the largest P saturate at 448. A key_block of the
+// whole row rounds P against the final max instead.
+std::vector<double> fp8_forward_by_hand(const Fp8Problem& p, float offset = kE4M3PScale,
+                                        int key_block = kE4M3KeyBlock) {
   const int d = p.s.head_dim, n = p.s.seqlen;
   std::vector<double> out;
   for (std::int64_t row : p.rows) {
     const int i = int(row % n);  // one sequence, one K/V head: key j of that head is row j of K, V
     const int keys = p.s.causal ? i + 1 : n;
     std::vector<float> s(static_cast<std::size_t>(keys));
-    float m = -INFINITY;
     for (int j = 0; j < keys; ++j) {
       float acc = 0.f;
       for (int t = 0; t < d; ++t) acc += p.q.value[std::size_t(row * d + t)] * p.k.value[std::size_t(j * d + t)];
       s[std::size_t(j)] = acc * p.s.softmax_scale();
-      m = std::max(m, s[std::size_t(j)]);
     }
-    float l = 0.f;
+    const int blocks = (keys + key_block - 1) / key_block;
+    float m = -INFINITY, l = 0.f;
     std::vector<float> o(std::size_t(d), 0.f);
-    for (int j = 0; j < keys; ++j) {
-      const float prob = std::exp(s[std::size_t(j)] - m);
-      l += prob;
-      const float rounded = from_e4m3(to_e4m3(prob * offset)) / offset;
-      for (int t = 0; t < d; ++t) o[std::size_t(t)] += rounded * p.v.value[std::size_t(j * d + t)];
+    for (int b = blocks - 1; b >= 0; --b) {
+      const int first = b * key_block, last = std::min(keys, first + key_block);
+      const float m_old = m;
+      for (int j = first; j < last; ++j) m = std::max(m, s[std::size_t(j)]);
+      const float rescale = b == blocks - 1 ? 0.f : std::exp(m_old - m);
+      l *= rescale;
+      for (float& x : o) x *= rescale;
+      for (int j = first; j < last; ++j) {
+        const float prob = std::exp(s[std::size_t(j)] - m);
+        l += prob;
+        const float rounded = from_e4m3(to_e4m3(prob * offset)) / offset;
+        for (int t = 0; t < d; ++t) o[std::size_t(t)] += rounded * p.v.value[std::size_t(j * d + t)];
+      }
     }
     for (int t = 0; t < d; ++t) out.push_back(round_to(DType::BF16, o[std::size_t(t)] / l));
   }
@@ -287,34 +297,41 @@ std::vector<double> fp8_forward_by_hand(const Fp8Problem& p, float offset = kE4M
 
 }  // namespace
 
-TEST_CASE("the fp8 low-precision reference is the FP8 forward: P·2^8 in e4m3, bf16 O",
-          "[fp8][reference]") {
-  for (bool causal : {false, true}) {
-    const Fp8Problem p = fp8_problem(40, causal);
-    INFO(p.s.to_string());
-    const auto low = attention_reference(p.s, p.q.value, p.k.value, p.v.value, p.rows, Precision::Low);
-    const auto exact = attention_reference(p.s, p.q.value, p.k.value, p.v.value, p.rows, Precision::Fp64);
-    const std::vector<double> hand = fp8_forward_by_hand(p);
-    REQUIRE(low.o.size() == hand.size());
-    for (std::size_t i = 0; i < hand.size(); ++i) {
-      INFO("element " << i);
-      REQUIRE(low.o[i] == hand[i]);
+TEST_CASE("the fp8 low-precision reference is the FP8 forward: P·2^8 in e4m3 against the running "
+          "max, block by block, bf16 O", "[fp8][reference]") {
+  for (int n : {40, 300})  // one key block, and three (the last one ragged)
+    for (bool causal : {false, true}) {
+      const Fp8Problem p = fp8_problem(n, causal);
+      INFO(p.s.to_string());
+      const auto low = attention_reference(p.s, p.q.value, p.k.value, p.v.value, p.rows, Precision::Low);
+      const auto exact = attention_reference(p.s, p.q.value, p.k.value, p.v.value, p.rows, Precision::Fp64);
+      const std::vector<double> hand = fp8_forward_by_hand(p);
+      REQUIRE(low.o.size() == hand.size());
+      for (std::size_t i = 0; i < hand.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(low.o[i] == hand[i]);
+      }
+      // And it is not another type's reference: without the offset, or with bf16 P, O differs.
+      const std::vector<double> no_offset = fp8_forward_by_hand(p, 1.0f);
+      CHECK(std::mismatch(no_offset.begin(), no_offset.end(), hand.begin()).first != no_offset.end());
+      // Past one block the max P is rounded against matters: against the final max (one block of
+      // the whole row) some of O's values come out otherwise.
+      if (n > kE4M3KeyBlock) {
+        const std::vector<double> final_max = fp8_forward_by_hand(p, kE4M3PScale, n);
+        CHECK(std::mismatch(final_max.begin(), final_max.end(), hand.begin()).first != final_max.end());
+      }
+      AttentionShape bf16 = p.s;
+      bf16.dtype = DType::BF16;
+      const auto low_bf16 = attention_reference(bf16, p.q.value, p.k.value, p.v.value, p.rows, Precision::Low);
+      CHECK(low_bf16.o != low.o);
+      // e4m3's P costs more than bf16's: the fp8 low reference errs more against the same fp64.
+      double err8 = 0, err16 = 0;
+      for (std::size_t i = 0; i < low.o.size(); ++i) {
+        err8 = std::max(err8, std::fabs(low.o[i] - exact.o[i]));
+        err16 = std::max(err16, std::fabs(low_bf16.o[i] - exact.o[i]));
+      }
+      CHECK(err8 > err16);
     }
-    // And it is not another type's reference: without the offset, or with bf16 P, O differs.
-    const std::vector<double> no_offset = fp8_forward_by_hand(p, 1.0f);
-    CHECK(std::mismatch(no_offset.begin(), no_offset.end(), hand.begin()).first != no_offset.end());
-    AttentionShape bf16 = p.s;
-    bf16.dtype = DType::BF16;
-    const auto low_bf16 = attention_reference(bf16, p.q.value, p.k.value, p.v.value, p.rows, Precision::Low);
-    CHECK(low_bf16.o != low.o);
-    // e4m3's P costs more than bf16's: the fp8 low reference errs more against the same fp64.
-    double err8 = 0, err16 = 0;
-    for (std::size_t i = 0; i < low.o.size(); ++i) {
-      err8 = std::max(err8, std::fabs(low.o[i] - exact.o[i]));
-      err16 = std::max(err16, std::fabs(low_bf16.o[i] - exact.o[i]));
-    }
-    CHECK(err8 > err16);
-  }
 }
 
 TEST_CASE("the pass rule on fp8: the FP8 forward passes; one whose P saturates, or that drops a "
