@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/device/mma_fragments.cuh"
+#include "common/exp2_poly.hpp"
 #include "common/lazy_rescale.hpp"
 #include "common/device/hopper/wgmma.cuh"
 #include "common/device/ptx.cuh"
@@ -38,6 +39,17 @@ __device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], int row0, i
   }
 }
 
+// Which exponentials go to the FMA pipes (step 32's split; Part VIII's step 46): with kPolyEvery =
+// 0 none, all MUFU.EX2; otherwise the n8 column tiles j with j % kPolyEvery == kPolyEvery − 1 get
+// the cubic of common/exp2_poly.hpp, interleaved so that both pipes have work along the whole row.
+inline constexpr int kPolyNone = 0;
+template <int kPolyEvery>
+__device__ __forceinline__ float softmax_exp2(float x, int j) {
+  if constexpr (kPolyEvery != kPolyNone)
+    if (j % kPolyEvery == kPolyEvery - 1) return exp2_poly(x);
+  return ptx::exp2_approx(x);
+}
+
 // Online softmax of one S block, in place: s becomes P = exp(s·scale − m_new) (unnormalised),
 // the running max and sum advance, and `rescale` receives exp(m_old − m_new) per row for the
 // caller to apply to O — separately, because from step 19 on O may still be in the tensor cores'
@@ -46,7 +58,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], int row0, i
 //
 // kPLog2Offset (Part VIII's FP8, fp8.cuh): P is computed as exp(s·scale − m_new) · 2^kPLog2Offset,
 // and the row sum with it, so that P lands in e4m3's normal range; O / l is unchanged.
-template <int kBlockN, int kPLog2Offset = 0>
+// kPolyEvery: which of P's exponentials the FMA pipes compute (softmax_exp2); the rescale's stay
+// on MUFU.
+template <int kBlockN, int kPLog2Offset = 0, int kPolyEvery = kPolyNone>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&row_max)[2],
                                                float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
@@ -67,7 +81,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float (&
     for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float p = ptx::exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -p_bias));
+        const float p = softmax_exp2<kPolyEvery>(fmaf(s[4 * j + 2 * h + e], scale_log2, -p_bias), j);
         s[4 * j + 2 * h + e] = p;
         sum += p;
       }
