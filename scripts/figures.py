@@ -20,7 +20,7 @@
   scripts/figures_part7_three_iterators.py  part7-three-iterators (chapter 34; measured)
   scripts/figures_part7_paged.py    part7-paged-cost (chapter 43; measured)
   scripts/figures_part7_specdec.py  part7-specdec-rows (chapter 44; a schematic)
-  scripts/figures_part8.py     part8-v-transpose (chapter 45; a schematic)
+  scripts/figures_part8.py     part8-v-transpose (chapter 45; a schematic), part8-exp-budget (chapter 46; SASS counts)
   scripts/figures_capstone.py  capstone-op-path (the capstone, the PyTorch operator; a schematic)
   scripts/figures_course.py    course-path.png (the course's map)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws chapter 45's schematic into docs/img/:
+"""Draws Part VIII's figures into docs/img/:
 
   part8-v-transpose.png  a schematic of one unit of step 45's V transpose (32 keys × 16 head dims):
                          left, the four 8 × 8 matrices (16-bit elements) of one ldmatrix.x4.trans
@@ -10,19 +10,31 @@
                          the kernel's (eight different chunks). The maps are common/fp8_layout.hpp's,
                          recomputed here; the script exits if the header's formulas have changed.
 
-    scripts/figures_part8.py            # writes the PNG
+  part8-exp-budget.png   chapter 46's budget: for 45/fp8, 46/poly_quarter and 46/poly_half, the
+                         clocks one SM sub-partition's tensor, MUFU and issue need for a block
+                         pair (one 128-key block of each consumer warpgroup), and the one-warp
+                         bound of a softmax (its own MUFU chain against its own issue). From the
+                         SASS counts in the step's prediction note (NOTE below), not a timing.
+
+    scripts/figures_part8.py            # writes the PNGs
     scripts/figures_part8.py --out DIR  # somewhere else
 """
-from figlib import BLUE, GREEN, GREY, ORANGE, RED, box, out_dir, parser, pyplot, save, source_text
+import re
+
+from figlib import BLUE, GREEN, GREY, ORANGE, RED, box, out_dir, parser, pyplot, save, source_match, source_text
 
 LAYOUT = "common/fp8_layout.hpp"
+NOTE = "docs/results/notes/2026-12-07-fp8-exp-budget-prediction.md"
+BUDGET_KERNELS = ("45/fp8", "46/poly_quarter", "46/poly_half")
+TENSOR_CLOCKS = 2 * 2 * 64 * 128 * 128 * 2 // 8192  # 2 warpgroups × (S + P·V) at 8192 FLOPs a clock
+MUFU_CLOCKS = 8  # a warp's MUFU.EX2: 32 lanes through a sub-partition's 4-lane unit
 MATRIX_COLOURS = (BLUE, GREEN, ORANGE, "#9467bd")
 LANE_Q, LANE_T = 0, 1  # the lane whose bytes the figure follows
 
 
 def check_source():
     source_text(LAYOUT, "return 16 * h + 8 * (f / 2) + 2 * t + f % 2;", "permuted_key's formula")
-    source_text(LAYOUT, "((byte / kChunkBytes) ^ (row % 8)) * kChunkBytes", "the 128-byte swizzle")
+    source_text(LAYOUT, "((b / chunk) ^ (r % 8)) * chunk", "the 128-byte swizzle")
     source_text(LAYOUT, "return 16 * matrix_unit_chunk(unit) + 2 * q + (sigma ^ (q >= 4 ? 1 : 0));",
                 "the store rows' order")
     source_text(LAYOUT, "kSelectEven = 0x6420", "the even selector")
@@ -112,8 +124,53 @@ def draw(out):
     save(fig, out, "part8-v-transpose.png")
 
 
+def loop_counts(kernel):
+    """(instructions, MUFU.EX2) of the kernel's unmasked loop, per warp, from the note's table."""
+    m = source_match(NOTE, r"\| " + re.escape(kernel) + r" \| (\d+) \| (\d+) \|", f"{kernel}'s SASS counts")
+    return int(m.group(1)), int(m.group(2))
+
+
+def draw_budget(out):
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.5, 1]})
+    counts = [loop_counts(k) for k in BUDGET_KERNELS]
+    x = range(len(BUDGET_KERNELS))
+    width = 0.26
+    series = [("tensor (S and P·V)", [TENSOR_CLOCKS] * len(counts), GREY),
+              ("MUFU (exp2)", [2 * mufu * MUFU_CLOCKS for _, mufu in counts], ORANGE),
+              ("issue (the two consumer warps)", [2 * n for n, _ in counts], BLUE)]
+    for i, (label, values, colour) in enumerate(series):
+        xs = [k + (i - 1) * width for k in x]
+        left.bar(xs, values, width, color=colour, label=label)
+        for xv, v in zip(xs, values):
+            left.text(xv, v + 15, str(v), ha="center", fontsize=7)
+    left.set_xticks(list(x), BUDGET_KERNELS)
+    left.set_ylabel("clocks of one SM sub-partition")
+    left.set_title("A block pair at the peak rates: what each unit needs", fontsize=10)
+    left.legend(fontsize=8, loc="upper left")
+    left.set_ylim(0, 1700)
+
+    mufu_chain = [mufu * MUFU_CLOCKS for _, mufu in counts]
+    issue = [n for n, _ in counts]
+    right.barh([k + 0.18 for k in x], mufu_chain, 0.34, color=ORANGE, label="its MUFU chain")
+    right.barh([k - 0.18 for k in x], issue, 0.34, color=BLUE, label="its own issue")
+    for k, (a, b) in enumerate(zip(mufu_chain, issue)):
+        right.text(max(a, b) + 10, k, f"bound {max(a, b)}", va="center", fontsize=8, color=RED)
+    right.set_yticks(list(x), BUDGET_KERNELS)
+    right.invert_yaxis()
+    right.set_xlim(0, 900)
+    right.set_xlabel("clocks")
+    right.set_title("One warp's block: the larger of the two bounds it", fontsize=10)
+    right.legend(fontsize=8, loc="lower right")
+    fig.suptitle("The exponential budget at FP8, D = 128 (SASS counts of the unmasked loop)", fontsize=11)
+    fig.tight_layout()
+    save(fig, out, "part8-exp-budget.png")
+
+
 def main():
-    draw(out_dir(parser(__doc__).parse_args().out))
+    out = out_dir(parser(__doc__).parse_args().out)
+    draw(out)
+    draw_budget(out)
 
 
 if __name__ == "__main__":
