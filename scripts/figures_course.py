@@ -32,7 +32,7 @@ PARTS = [
     ("VII ahead of FA4", 31, 35, 5, False),
     ("VII the backward", 36, 40, 3, False),
     ("VII decode in one kernel", 41, 44, 2.5, False),
-    ("VIII FP8", 45, 45, 2, False),
+    ("VIII FP8", 45, 46, 3, False),
 ]
 
 # Steps that begin a new kernel (no `improves_on`): the chapter to read before them.
