@@ -734,7 +734,8 @@ stage_profile() {
 
 # ---- the labs ------------------------------------------------------------------------------
 stage_labs() {
-  local lbin=${LABS_BIN:-$build/bin} lab rc t failures=0
+  # The labs' checkers beside the ladder: the build stage's, or the carried ones (--bin); LABS_BIN overrides.
+  local lbin=${LABS_BIN:-${bin:-$build/bin}} lab rc t failures=0
   for lab in L01 L02 L03 L04 L05 L06 L07 L08 L09 L10 L11 L12 L13 L14; do
     if [ ! -x "$lbin/lab_${lab}_solution" ]; then note "  $lab: no checker in $lbin (the build stage builds them)"; failures=$((failures + 1)); continue; fi
     t=$SECONDS
