@@ -128,6 +128,10 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
       ->check(kPositive)->group(attention);
   app.add_flag("--large-logits", o.large_logits, "Scale Q by 5 and K by 3 (stress the softmax)")
       ->group(attention);
+  app.add_flag("--head-magnitudes", o.run.head_magnitudes,
+               "Scale each head's Q, K and V by 2^(g mod 4 - 2), g = b·H + h (b·Hkv + hk for K, V; dense layouts: the GPU "
+               "tests' per-head fp8 grid: a kernel that reads another head's descale fails)")
+      ->group(attention);
   auto* serving = "Attention as models run it (Part VI)";
   app.add_option("--kv-heads", o.kv_heads,
                  "K/V heads Hkv, dividing H (GQA; 1 = MQA), comma separated; 0 = as many as H "

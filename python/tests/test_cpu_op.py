@@ -303,7 +303,13 @@ class Dispatch(unittest.TestCase):
             self.skipTest("LADDER_BIN (build/<preset>/bin/ladder) not given")
         listing = subprocess.run([ladder, "--list"], capture_output=True, text=True, check=True).stdout
         listed = {w for line in listing.splitlines() for w in line.split()[:1] + line.split()[2:3] if "/" in w}
-        self.assertEqual([i for i in dispatch.all_ids() if i not in listed], [])
+        # A build without cuDNN lists one stand-in row for its peers (its note says "not built"):
+        # the tables' cuDNN ids (steps 98, 99) are then absent by design, not by mistake.
+        without_cudnn = "not built" in listing
+        missing = [i for i in dispatch.all_ids() if i not in listed]
+        if without_cudnn:
+            missing = [i for i in missing if not i.startswith(("98/", "99/"))]
+        self.assertEqual(missing, [])
 
     def test_refusals_fall_through_failures_do_not(self):
         ran = []

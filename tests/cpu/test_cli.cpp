@@ -98,6 +98,10 @@ TEST_CASE("--causal and --large-logits", "[cli]") {
   CHECK(attention_shapes(*o.options).at(0).causal);
   CHECK(o.options->run.q_scale == 5.0f);
   CHECK(o.options->run.k_scale == 3.0f);
+  CHECK_FALSE(o.options->run.head_magnitudes);
+  auto h = parse({"--head-magnitudes"});
+  REQUIRE(h.options);
+  CHECK(h.options->run.head_magnitudes);  // the GPU tests' per-head inputs, from the command line
 }
 
 TEST_CASE("step selection", "[cli][registry]") {
