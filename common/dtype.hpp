@@ -55,6 +55,9 @@ inline constexpr float kE4M3PScale = 256.0f;
 // block over this many keys, visited from the last block to the first as the kernels visit them.
 // A kernel with another key tile must change this (step 45 asserts that they agree).
 inline constexpr int kE4M3KeyBlock = 128;
+// The largest gap between neighbouring normal e4m3 values, relative to the smaller of the two
+// (3 fraction bits: 1 + 1/8 after 1): what moving a rounded P to its neighbouring code can cost.
+inline constexpr double kE4M3RoundingStep = 0.125;
 
 // Round to nearest even, saturating to ±448 (what cvt.rn.satfinite.e4m3x2.f32 does: infinities
 // and finite overflows become ±448, NaN becomes 0x7F); the byte as stored.

@@ -100,6 +100,27 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
   *lse = double(m + std::log(l));
 }
 
+// The fp8 row's flip floor (AttentionRows::floor): one rounding of P to the neighbouring e4m3 code
+// moves O by p̂_j · (that code's gap) · v_j (the row sum is taken from the unrounded P, so only the
+// numerator moves); the largest such move over the row's keys, with the largest gap.
+double e4m3_flip_floor(const AttentionShape& s, const float* q_row, const float* k_head,
+                       const float* v_head, std::int64_t key_stride, int n_keys, double lse) {
+  const int d = s.head_dim;
+  const double scale = 1.0 / std::sqrt(double(d));
+  double worst = 0.0;
+  for (int j = 0; j < n_keys; ++j) {
+    const float* k_row = k_head + std::int64_t(j) * key_stride;
+    const float* v_row = v_head + std::int64_t(j) * key_stride;
+    double dot = 0.0, v_max = 0.0;
+    for (int t = 0; t < d; ++t) {
+      dot += double(q_row[t]) * double(k_row[t]);
+      v_max = std::max(v_max, std::fabs(double(v_row[t])));
+    }
+    worst = std::max(worst, std::exp(dot * scale - lse) * v_max);
+  }
+  return kE4M3RoundingStep * worst;
+}
+
 }  // namespace
 
 RowIndex::RowIndex(const AttentionShape& shape) : s(shape), cu_q(shape.cu_seqlens_q()), cu_k(shape.cu_seqlens_k()) {}
@@ -147,6 +168,8 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
   out.o.resize(rows.size() * s.head_dim);
   out.lse.resize(rows.size());
   out.lse_at.resize(rows.size());
+  const bool flip_floors = s.dtype == DType::E4M3 && precision == Precision::Fp64;
+  if (flip_floors) out.floor.resize(rows.size());
   const RowIndex index(s);
   parallel_rows(rows.size(), [&](std::size_t r) {
     const std::int64_t row = rows[r];
@@ -158,9 +181,11 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
     const int n_keys = s.last_key(b, i) + 1;
     double* o = out.o.data() + r * s.head_dim;
     out.lse_at[r] = index.lse_index(b, h, i);
-    if (precision == Precision::Fp64)
+    if (precision == Precision::Fp64) {
       attention_row_fp64(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
-    else
+      if (flip_floors)
+        out.floor[r] = e4m3_flip_floor(s, q_row, k_head, v_head, index.key_stride(), n_keys, out.lse[r]);
+    } else
       attention_row_low(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
   });
   return out;

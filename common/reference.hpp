@@ -61,6 +61,10 @@ struct AttentionRows {
   std::vector<double> o;    // rows.size() × D
   std::vector<double> lse;  // rows.size(): natural log of Σ exp(scaled logits)
   std::vector<std::int64_t> lse_at;  // rows.size(): where each row's log-sum-exp lies in the LSE
+  // fp8 only, from the Fp64 reference (empty otherwise): per row, the most one rounding flip of P
+  // can move O, kE4M3RoundingStep · max_j p̂_j · max_t |v_jt| (p̂ the exact softmax weights); the
+  // pass rule's floor for e4m3 (compare.hpp says why).
+  std::vector<double> floor;
 };
 AttentionRows attention_reference(const AttentionShape& shape, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,

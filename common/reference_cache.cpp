@@ -39,7 +39,7 @@ struct Fields {
   std::vector<std::vector<std::int64_t>*> ints;
   std::vector<std::vector<double>*> reals;
 };
-Fields fields(AttentionRows& r) { return {{&r.rows, &r.lse_at}, {&r.o, &r.lse}}; }
+Fields fields(AttentionRows& r) { return {{&r.rows, &r.lse_at}, {&r.o, &r.lse, &r.floor}}; }
 Fields fields(BackwardRows& r) {
   return {{&r.q_rows, &r.k_rows}, {&r.dq, &r.dk, &r.dv, &r.dq_floor, &r.dk_floor, &r.dv_floor}};
 }

@@ -148,11 +148,16 @@ namespace {
 
 nlohmann::json to_json(const ErrorStats& e) {
   auto finite = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  return {{"checked", e.checked},     {"total", e.total},
-          {"nonfinite", e.nonfinite}, {"max_abs", finite(e.max_abs)},
-          {"rel_l2", finite(e.rel_l2)}, {"lowprec_max_abs", finite(e.lowprec_max_abs)},
-          {"tolerance", finite(e.tolerance)}, {"worst_row_error", finite(e.worst_error)},
-          {"reference_nonfinite", e.reference_nonfinite}, {"pass", e.pass}};
+  nlohmann::json j = {{"checked", e.checked},     {"total", e.total},
+                      {"nonfinite", e.nonfinite}, {"max_abs", finite(e.max_abs)},
+                      {"rel_l2", finite(e.rel_l2)}, {"lowprec_max_abs", finite(e.lowprec_max_abs)},
+                      {"tolerance", finite(e.tolerance)}, {"worst_row_error", finite(e.worst_error)},
+                      {"reference_nonfinite", e.reference_nonfinite}, {"pass", e.pass}};
+  if (e.median_row_limit > 0) {  // fp8's aggregate rule (compare.hpp)
+    j["median_row_ratio"] = finite(e.median_row_ratio);
+    j["median_row_limit"] = e.median_row_limit;
+  }
+  return j;
 }
 
 nlohmann::json to_json(const Row& r) {

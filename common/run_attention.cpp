@@ -335,7 +335,7 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
   hooks.check = [&variant = ref.variant(), &ref64 = p.refs.fp64, &reflow = p.refs.low,
                  &unquantized = p.refs.unquantized, &shape = p.shape](Row& r, const Output& out) {
     r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o,
-                                     shape.dtype);
+                                     shape.dtype, ref64.floor);
     if (!unquantized.rows.empty())
       r.error_vs_unquantized = relative_rms_error(out.values, shape.head_dim, unquantized.rows, unquantized.o);
     if (variant.writes_lse) {
