@@ -58,15 +58,13 @@ float round_probability(DType t, float p) {
 // by block, P = exp(s − m_running) rounded for P·V, and the fp32 O and l rescaled by
 // exp(m_old − m_new) when the max moves.
 //
-// Why the order matters only for fp8: the rounding of P depends on the max it is taken against.
-// With e4m3's 3 fraction bits a row's output error is a handful of its largest weights' rounding
+// Why the order matters for fp8: the rounding of P depends on the max it is taken against. With
+// e4m3's 3 fraction bits a row's output error is a handful of its largest weights' rounding
 // errors, so a reference that rounds exp(s − m_final) instead of the kernel's exp(s − m_running)
-// draws a different, independent sample of the same size, and row by row one of two such samples
-// exceeds twice the other often enough to fail a correct kernel (seen on the H200 at N = 1000:
-// 1.3 to 2.7× the tolerance, the relative L2 error 4e-3 as everywhere else). Rounded the kernel's
-// way the two errors are the same roundings, and the rule can see a bug. The 16-bit types keep one
-// block (the final max): their kernels' tiles differ from step to step, and with 8 or 11 fraction
-// bits the two samples' spread stays inside the factor of two.
+// draws another sample of them. Rounded the kernel's way, the two share all but the few P that
+// lie within the kernel's last bits of a rounding boundary (their allowance: compare.hpp). The
+// 16-bit types keep one block (the final max): their kernels' tiles differ from step to step, and
+// with 8 or 11 fraction bits the two samples' spread stays inside the rule's factor of two.
 void attention_row_low(const AttentionShape& s, const float* q_row, const float* k_head,
                        const float* v_head, std::int64_t key_stride, int n_keys, double* o,
                        double* lse) {
