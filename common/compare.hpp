@@ -42,10 +42,10 @@ struct ErrorStats {
 // max |kernel − fp64| ≤ 2·max |lowprec − fp64| + abs_term. An empty comparison, or a reference
 // that is not finite, fails: a check that looked at nothing must not pass.
 //
-// fp8 (Part VIII) keeps the rule, with one allowance and one more check. The fp64 reference is exact arithmetic on the values
-// the kernel is given (the dequantized e4m3 Q, K, V), and the low-precision one rounds what the
-// kernel rounds: P to e4m3 (with FlashAttention-3's 2^8 offset) before P·V and O to bf16
-// (reference.hpp, Precision::Low). So "max error ≤ 2 × the low reference's + one bf16 ulp, row by
+// fp8 (Part VIII) keeps the rule, with one allowance and one more check. The fp64 reference is
+// exact arithmetic on the values the kernel is given (the dequantized e4m3 Q, K, V), and the
+// low-precision one rounds what the kernel rounds: P to e4m3 (with FlashAttention-3's 2^8
+// offset) before P·V and O to bf16 (reference.hpp, Precision::Low). So "max error ≤ 2 × the low reference's + one bf16 ulp, row by
 // row" is the issue's "within 2× of a reference that rounds Q, K, V and P to FP8 the same way":
 // the input quantization is the same for all three and cancels; the kernel is allowed twice the
 // error of the roundings it must make, no more. What quantizing Q, K and V costs against the
@@ -93,7 +93,7 @@ ErrorStats check_gradient_output(std::span<const float> output, int head_dim,
 // (ref64 and reflow hold rows.size() × head_dim values). Every element of the output is tested for
 // NaN/inf (the poison), the checked rows against the references with attention_abs_term.
 // fp8 (dtype E4M3): `floors` (AttentionRows::floor of the fp64 reference, one per row) raise each
-// row's tolerance, and the aggregate rule applies (kFp8RelL2Slack).
+// row's tolerance, and the aggregate rule applies (kFp8MedianRowRatio).
 ErrorStats check_attention_output(std::span<const float> output, int head_dim,
                                   std::span<const std::int64_t> rows, std::span<const double> ref64,
                                   std::span<const double> reflow, DType dtype = DType::F16,

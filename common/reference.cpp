@@ -17,7 +17,7 @@ namespace reference_detail {
 
 void attention_row_fp64(const AttentionShape& s, const float* q_row, const float* k_head,
                         const float* v_head, std::int64_t key_stride, int n_keys, double* o,
-                        double* lse) {
+                        double* lse, double* flip_floor) {
   const int d = s.head_dim;
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> logits(n_keys);
@@ -34,9 +34,18 @@ void attention_row_fp64(const AttentionShape& s, const float* q_row, const float
     l += logits[j];
   }
   std::fill(o, o + d, 0.0);
-  for (int j = 0; j < n_keys; ++j)
-    for (int t = 0; t < d; ++t) o[t] += logits[j] * double(v_head[std::int64_t(j) * key_stride + t]);
+  double heaviest = 0.0;  // the flip floor's max_j exp(s_j − m) · max_t |v_jt|
+  for (int j = 0; j < n_keys; ++j) {
+    const float* v_row = v_head + std::int64_t(j) * key_stride;
+    for (int t = 0; t < d; ++t) o[t] += logits[j] * double(v_row[t]);
+    if (flip_floor != nullptr) {
+      double v_max = 0.0;
+      for (int t = 0; t < d; ++t) v_max = std::max(v_max, std::fabs(double(v_row[t])));
+      heaviest = std::max(heaviest, logits[j] * v_max);
+    }
+  }
   for (int t = 0; t < d; ++t) o[t] /= l;
+  if (flip_floor != nullptr) *flip_floor = kE4M3RoundingStep * heaviest / l;
   *lse = m + std::log(l);
 }
 
@@ -96,27 +105,6 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
   }
   for (int t = 0; t < d; ++t) o[t] = round_to(output_dtype(s.dtype), acc[t] / l);
   *lse = double(m + std::log(l));
-}
-
-// The fp8 row's flip floor (AttentionRows::floor): one rounding of P to the neighbouring e4m3 code
-// moves O by p̂_j · (that code's gap) · v_j (the row sum is taken from the unrounded P, so only the
-// numerator moves); the largest such move over the row's keys, with the largest gap.
-double e4m3_flip_floor(const AttentionShape& s, const float* q_row, const float* k_head,
-                       const float* v_head, std::int64_t key_stride, int n_keys, double lse) {
-  const int d = s.head_dim;
-  const double scale = 1.0 / std::sqrt(double(d));
-  double worst = 0.0;
-  for (int j = 0; j < n_keys; ++j) {
-    const float* k_row = k_head + std::int64_t(j) * key_stride;
-    const float* v_row = v_head + std::int64_t(j) * key_stride;
-    double dot = 0.0, v_max = 0.0;
-    for (int t = 0; t < d; ++t) {
-      dot += double(q_row[t]) * double(k_row[t]);
-      v_max = std::max(v_max, std::fabs(double(v_row[t])));
-    }
-    worst = std::max(worst, std::exp(dot * scale - lse) * v_max);
-  }
-  return kE4M3RoundingStep * worst;
 }
 
 }  // namespace
@@ -180,11 +168,11 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
     double* o = out.o.data() + r * s.head_dim;
     out.lse_at[r] = index.lse_index(b, h, i);
     if (precision == Precision::Fp64) {
-      attention_row_fp64(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
-      if (flip_floors)
-        out.floor[r] = e4m3_flip_floor(s, q_row, k_head, v_head, index.key_stride(), n_keys, out.lse[r]);
-    } else
+      attention_row_fp64(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r],
+                         flip_floors ? &out.floor[r] : nullptr);
+    } else {
       attention_row_low(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
+    }
   });
   return out;
 }

@@ -31,9 +31,12 @@ void parallel_rows(std::size_t count, Fn fn) {
 
 // One query row against keys 0 .. n_keys - 1, key j at k_head + j · key_stride (V alike):
 // key_stride is D in the dense layouts and Hkv · D in the packed variable-length one. O (D
-// values) and the row's log-sum-exp, in fp64.
+// values) and the row's log-sum-exp, in fp64. With `flip_floor`, also the fp8 row's flip floor
+// (AttentionRows::floor): one rounding of P to the neighbouring e4m3 code moves O by
+// p̂_j · (that code's gap) · v_j (the row sum is taken from the unrounded P, so only the numerator
+// moves); the largest such move over the row's keys, with the largest gap (kE4M3RoundingStep).
 void attention_row_fp64(const AttentionShape& s, const float* q_row, const float* k_head,
                         const float* v_head, std::int64_t key_stride, int n_keys, double* o,
-                        double* lse);
+                        double* lse, double* flip_floor = nullptr);
 
 }  // namespace ladder::reference_detail
