@@ -675,7 +675,7 @@ stage_compare() {
       # its "new" id may name another kernel (20/persistent was the 2-stage ring): not timed.
       if [ "$old" != "$new" ] && listed "$old"; then stale+=("$old>$new"); continue; fi
       # bf16: only where the new variant declares it (an old one that does not is its row's error)
-      [ "$dt" = bf16 ] && ! variants_of bf16 "$((10#${new%%/*}))" | grep -qx "$new" && continue
+      [ "$dt" = bf16 ] && ! grep -qx "$new" <<<"$(variants_of bf16 "$((10#${new%%/*}))")" && continue
       pairs+=("old:${pair%%>*}>new:$new")
     done
     ((${#missing[@]})) && note "  compare $dt: new ids not in this build: ${missing[*]}"

@@ -209,7 +209,11 @@ else
     known=$(awk '/^[0-9][0-9]+ / {print $1 + 0}' <<<"$listing")
     [ -n "$known" ] || die_usage "$exe --list names no step: is it the ladder or a step executable?"
     # A step's own executable runs its step and has no --steps option; `ladder` has one.
-    "$exe" --help 2>/dev/null | grep -q -- '--steps' && is_ladder=1
+    # The help is read whole before it is searched: `exe --help | grep -q` under pipefail fails
+    # whenever grep exits before the executable has written everything (SIGPIPE), and the ladder
+    # would then run every step under the tool.
+    help_text=$("$exe" --help 2>/dev/null) || true
+    grep -q -- '--steps' <<<"$help_text" && is_ladder=1
   else
     known=$(seq "${kTableSteps%-*}" "${kTableSteps#*-}")
   fi

@@ -291,6 +291,11 @@ Variant cudnn_fp8_variant() {
           .for_dtypes({DType::E4M3})
           .serves(kFp8Features)
           .approximate_because(kCudnnFp8Approximate)
+          // Seen on an H100 (2026-12-07, gpu_large: B=2 H=9 N=4224 D=128 causal, cuDNN 9.19): one
+          // rerun's O differed from the checked run's, while three later runs of that problem
+          // were identical; the row widens O elementwise in stream order, so the difference is
+          // cuDNN's. Like the bf16 rows above, its reruns are reported, not required identical.
+          .nondeterministic()
           .as_peer()
           .untimed_after_launch(after_launch_cudnn_fp8);
   return v;

@@ -450,7 +450,7 @@ sys.exit(error_exit if hazards else rc)
 FAKE_LADDER = r'''#!/usr/bin/env bash
 case " $* " in
   *" --list "*) for s in 20 21 23 25 28 99; do echo "$s step$s             [attention] a step"; echo "     $s/main                 the variant  [sm>=90]"; done; exit 0 ;;
-  *" --help "*) echo "  --steps TEXT  Steps to run"; exit 0 ;;
+  *" --help "*) echo "  --steps TEXT  Steps to run"; for i in $(seq 4000); do echo "  --option-$i  more help than a pipe holds"; done; exit 0 ;;
   *" --steps 23 "*) echo "error: at least one variant failed its checks (see the table)" >&2; exit 1 ;;
   *" --steps 28 "*) echo "error: every selected variant was skipped on this GPU" >&2; exit 6 ;;
 esac
@@ -504,6 +504,9 @@ def test_end_to_end(tmp):
           "sanitize.sh: a hang past --timeout is a timeout, exit 1")
     r = run(SANITIZE, "--steps", "20", "--log-dir", tmp / "logs", ladder, "memcheck", env=env)
     check((tmp / "logs" / "memcheck-1.log").is_file(), "sanitize.sh --log-dir keeps the whole output")
+    ran = (tmp / "logs" / "memcheck-1.log").read_text() if (tmp / "logs" / "memcheck-1.log").is_file() else ""
+    check("ladder ran: " in ran and " --steps 20 " in ran,
+          "sanitize.sh passes --steps to the ladder (its help longer than a pipe holds: no SIGPIPE race)")
     r = run(SANITIZE, "--args", "--no-time", build / "bin/lab_L05_solution", "racecheck", env=env)
     check(r.returncode == 0 and "== result: racecheck clean" in r.stdout, "sanitize.sh --args runs a lab checker as given")
 
