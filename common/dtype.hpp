@@ -53,7 +53,8 @@ inline constexpr float kE4M3PScale = 256.0f;
 // The key tile of Part VIII's FP8 kernels, which the low-precision reference follows: P is rounded
 // to e4m3 against the running max of the blocks seen so far (reference.cpp says why), block by
 // block over this many keys, visited from the last block to the first as the kernels visit them.
-// A kernel with another key tile must change this (step 45 asserts that they agree).
+// The default: a variant with another key tile declares it (Variant::rounds_p_in_blocks_of), and
+// its rows are checked against a low reference of its own.
 inline constexpr int kE4M3KeyBlock = 128;
 // The largest gap between neighbouring normal e4m3 values, relative to the smaller of the two
 // (3 fraction bits: 1 + 1/8 after 1): what moving a rounded P to its neighbouring code can cost.

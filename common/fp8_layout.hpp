@@ -35,9 +35,21 @@ LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte) {
   return r * kRowBytes + (((b / chunk) ^ (r % 8)) * chunk) + b % chunk;
 }
 
+// ---- Vᵀ of more than 128 keys ---------------------------------------------------------------------
+// A Vᵀ row is one swizzled 128-byte row only for 128-key blocks. A wider block (step 47's 192
+// keys) puts its Vᵀ in 128-key tiles side by side, each 128 head-dim rows of 128 bytes with the
+// same swizzle: slot s of row d lies in tile s / 128 at swizzled_offset(d, s % 128). The second
+// tile of a 192-key block uses half of each row; a k32 slice never straddles two tiles, so each
+// wgmma's B descriptor points into one tile, as at 128 keys (fp8.cuh's issue_pv_e4m3).
+inline constexpr std::uint32_t kVtTileBytes = std::uint32_t(kRowBytes) * kRowBytes;
+LADDER_HOST_DEVICE constexpr int vt_tiles(int block_n) { return (block_n + kRowBytes - 1) / kRowBytes; }
+LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset(int d, int slot) {
+  return std::uint32_t(slot / kRowBytes) * kVtTileBytes + swizzled_offset(d, slot % kRowBytes);
+}
+
 // ---- The matrix transpose: ldmatrix.trans, PRMT, stmatrix ---------------------------------------
 // A unit is one 16-byte head-dim chunk c (head dims 16c .. 16c + 15) of one k32 slice kk (keys
-// 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile.
+// 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile (matrix_units: 8 a slice).
 //
 // In: ldmatrix.x4.trans.b16 loads four 8 × 8 matrices of 16-bit elements, each 8 rows of 16
 // bytes, lanes 8i .. 8i + 7 naming matrix i's rows. Matrix i = 2h + half is the 8 keys
@@ -57,7 +69,9 @@ LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte) {
 // row q, Vᵀ row 16c + 2q + (σ ^ [q ≥ 4]): rows 0, 2, 4, 6 then 9, 11, 13, 15 of the chunk (σ = 0),
 // eight different row % 8. The lanes with q ≥ 4 swap which of their two words they store where,
 // and that is free: it is only which PRMT selector they use (prmt_selector).
-inline constexpr int kMatrixUnits = 32;
+inline constexpr int kMatrixUnits = 32;  // of a 128-key block
+LADDER_HOST_DEVICE constexpr int matrix_units(int block_n) { return 8 * (block_n / kK); }
+static_assert(matrix_units(kRowBytes) == kMatrixUnits);
 inline constexpr std::uint32_t kSelectEven = 0x6420;  // bytes 0, 2 of each register: head dim d
 inline constexpr std::uint32_t kSelectOdd = 0x7531;   // bytes 1, 3: head dim d + 1
 
@@ -77,7 +91,7 @@ LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q) {
 // Byte offset in Vᵀ of the row this lane names for stmatrix.
 LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane) {
   const int i = lane >> 3, r = lane & 7;
-  return swizzled_offset(matrix_store_row(unit, i % 2, r), kK * matrix_unit_slice(unit) + 16 * (i / 2));
+  return vt_offset(matrix_store_row(unit, i % 2, r), kK * matrix_unit_slice(unit) + 16 * (i / 2));
 }
 // The selector that makes this lane's store register 2h + σ from R[2h], R[2h + 1].
 LADDER_HOST_DEVICE constexpr std::uint32_t prmt_selector(int sigma, int lane) {

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <type_traits>
 
@@ -76,7 +77,7 @@ float round_probability(DType t, float p) {
 // with 8 or 11 fraction bits the two samples' spread stays inside the rule's factor of two.
 void attention_row_low(const AttentionShape& s, const float* q_row, const float* k_head,
                        const float* v_head, std::int64_t key_stride, int n_keys, double* o,
-                       double* lse) {
+                       double* lse, int fp8_key_block) {
   const int d = s.head_dim;
   const float scale = s.softmax_scale();
   std::vector<float> logits(n_keys);
@@ -85,7 +86,7 @@ void attention_row_low(const AttentionShape& s, const float* q_row, const float*
     for (int t = 0; t < d; ++t) acc += q_row[t] * k_head[std::int64_t(j) * key_stride + t];
     logits[j] = acc * scale;
   }
-  const int block = s.dtype == DType::E4M3 ? kE4M3KeyBlock : n_keys;
+  const int block = s.dtype == DType::E4M3 ? fp8_key_block : n_keys;
   float m = -INFINITY, l = 0.f;
   std::vector<float> acc(d, 0.f);
   for (int start = (n_keys - 1) / block * block; start >= 0; start -= block) {
@@ -148,7 +149,9 @@ std::int64_t RowIndex::key_row(int b, int hk, int j) const { return key_offset(b
 
 AttentionRows attention_reference(const AttentionShape& s, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
-                                  std::span<const std::int64_t> rows, Precision precision) {
+                                  std::span<const std::int64_t> rows, Precision precision,
+                                  int fp8_key_block) {
+  if (fp8_key_block < 1) throw std::invalid_argument("attention_reference: the fp8 key block must be positive");
   AttentionRows out;
   out.rows.assign(rows.begin(), rows.end());
   out.o.resize(rows.size() * s.head_dim);
@@ -171,7 +174,7 @@ AttentionRows attention_reference(const AttentionShape& s, std::span<const float
       attention_row_fp64(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r],
                          flip_floors ? &out.floor[r] : nullptr);
     } else {
-      attention_row_low(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r]);
+      attention_row_low(s, q_row, k_head, v_head, index.key_stride(), n_keys, o, &out.lse[r], fp8_key_block);
     }
   });
   return out;

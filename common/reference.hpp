@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "common/dtype.hpp"
 #include "common/problem.hpp"
 
 namespace ladder {
@@ -20,7 +21,7 @@ enum class Precision {
   Low,   // fp32 scores and sums, P rounded to the element type (shape.dtype) before P·V, output
          // rounded to it. fp8 (E4M3): what the FP8 kernel computes: fp32 scores of the dequantized
          // inputs, P = exp(s − m) in fp32 against the running max m of the key blocks seen so
-         // far (kE4M3KeyBlock keys a block, the last block first, as the kernels work), P rounded for P·V as
+         // far (kE4M3KeyBlock keys a block unless the variant says otherwise, the last block first, as the kernels work), P rounded for P·V as
          // from_e4m3(to_e4m3(P·2^8)) / 2^8 (FlashAttention-3's offset: P·256 in [0, 256] fits
          // e4m3's 448, dtype.hpp's kE4M3PScale), the row sum from the unrounded fp32 P, O rounded
          // to bf16 (output_dtype). Fp64 is unchanged: exact arithmetic on the dequantized values.
@@ -66,9 +67,11 @@ struct AttentionRows {
   // pass rule's floor for e4m3 (compare.hpp says why).
   std::vector<double> floor;
 };
+// fp8_key_block: the Low reference's key block for fp8 (its other precisions ignore it).
 AttentionRows attention_reference(const AttentionShape& shape, std::span<const float> q,
                                   std::span<const float> k, std::span<const float> v,
-                                  std::span<const std::int64_t> rows, Precision precision);
+                                  std::span<const std::int64_t> rows, Precision precision,
+                                  int fp8_key_block = kE4M3KeyBlock);
 
 // ---- The backward pass (Part V; GQA and varlen, Part VI) -------------------------------------
 // With P = softmax(S·scale) row by row and dO = ∂L/∂O:

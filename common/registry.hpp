@@ -311,6 +311,9 @@ struct Variant {
   bool deterministic = true;  // false: reruns may differ in the last bits (float atomics)
   bool writes_lse = false;    // attention: also writes the log-sum-exp of each row
   bool peer = false;          // a library the ladder compares against (cuBLAS, CUB), not a lesson
+  // fp8: the key block over which the kernel rounds P against its running max, which its rows'
+  // low-precision reference follows (common/reference.cpp; kE4M3KeyBlock unless declared).
+  int fp8_key_block = kE4M3KeyBlock;
   // Non-empty: an experiment that trades accuracy on purpose (fp16 accumulators, Part VI): its
   // rows report the error and the pass rule's verdict, but a miss is the measurement, not a bug;
   // it must still write every element, finite, within kApproximateSlack (common/compare.hpp)
@@ -363,6 +366,7 @@ struct Variant {
   Variant& with_lse() { writes_lse = true; return *this; }
   Variant& nondeterministic() { deterministic = false; return *this; }
   Variant& as_peer() { peer = true; return *this; }
+  Variant& rounds_p_in_blocks_of(int keys) { fp8_key_block = keys; return *this; }
   Variant& approximate_because(std::string why) { approximate = std::move(why); return *this; }
   Variant& test_only_because(std::string why) { test_only = std::move(why); return *this; }
   Variant& compared_with(std::string id) { improves_on = std::move(id); return *this; }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 #include "common/compare.hpp"
@@ -195,13 +196,20 @@ struct AttentionBuffers {
 struct AttentionReferences {
   AttentionRows fp64, low;
   AttentionRows unquantized;  // fp8: fp64 on the bf16 draws before quantization; empty otherwise
+  // fp8: the low reference of each key block other than kE4M3KeyBlock that a variant declares.
+  std::map<int, AttentionRows> low_by_block;
+  const AttentionRows& low_for(const Variant& v, DType dtype) const {
+    if (dtype != DType::E4M3 || v.fp8_key_block == kE4M3KeyBlock) return low;
+    return low_by_block.at(v.fp8_key_block);
+  }
 };
 
 // The references of a sample of rows, at fp64 and at the element type's precision (fp8: of the
 // dequantized inputs, which is what the kernel is given); for fp8 also the fp64 reference of the
-// same rows on the inputs before quantization, for Row::error_vs_unquantized.
+// same rows on the inputs before quantization, for Row::error_vs_unquantized, and the low
+// reference again for each other key block the variants declare (Variant::fp8_key_block).
 AttentionReferences attention_references(const AttentionShape& shape, const AttentionBuffers& in,
-                                         const RunOptions& options) {
+                                         const RunOptions& options, std::span<const VariantRef> variants) {
   AttentionReferences refs;
   const double work = double(shape.max_kv_len()) * shape.head_dim * 2;
   const auto selected = select_attention_rows(shape, reference_rows(options, work), options.seed);
@@ -224,6 +232,13 @@ AttentionReferences attention_references(const AttentionShape& shape, const Atte
     refs.unquantized = cached_reference(key_of(q, k, v).value(Precision::Fp64).get(), [&] {
       return attention_reference(shape, q, k, v, selected, Precision::Fp64);
     });
+    for (const VariantRef& ref : variants) {
+      const int block = ref.variant().fp8_key_block;
+      if (block == kE4M3KeyBlock || refs.low_by_block.count(block)) continue;
+      refs.low_by_block[block] = cached_reference(KeyHash(key).value(Precision::Low).value(block).get(), [&] {
+        return attention_reference(shape, in.q.value(), in.k.value(), in.v.value(), selected, Precision::Low, block);
+      });
+    }
   }
   return refs;
 }
@@ -332,7 +347,7 @@ VariantHooks attention_hooks(const AttentionProblem& p, const VariantRef& ref) {
     if (variant.writes_lse) out.lse = b.dlse.download();
     return out;
   };
-  hooks.check = [&variant = ref.variant(), &ref64 = p.refs.fp64, &reflow = p.refs.low,
+  hooks.check = [&variant = ref.variant(), &ref64 = p.refs.fp64, &reflow = p.refs.low_for(ref.variant(), p.shape.dtype),
                  &unquantized = p.refs.unquantized, &shape = p.shape](Row& r, const Output& out) {
     r.error = check_attention_output(out.values, shape.head_dim, ref64.rows, ref64.o, reflow.o,
                                      shape.dtype, ref64.floor);
@@ -368,7 +383,7 @@ ProblemRun run_attention(Session& session, const AttentionShape& shape,
 
   AttentionBuffers buffers(shape, options);
   const AttentionReferences refs =
-      options.check ? attention_references(shape, buffers, options) : AttentionReferences{};
+      options.check ? attention_references(shape, buffers, options, variants) : AttentionReferences{};
   const AttentionDims dims(shape);
   const std::string dir = save_directory(options, attention_save_name("attention", shape));
   if (!dir.empty()) save_attention_inputs(dir, shape, buffers, dims);

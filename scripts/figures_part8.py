@@ -16,6 +16,13 @@
                          bound of a softmax (its own MUFU chain against its own issue). From the
                          SASS counts in the step's prediction note (NOTE below), not a timing.
 
+  part8-wide-keys.png    chapter 47's block: left, where a 192-key block's Vᵀ lies (two 128-key
+                         tiles side by side, the second half used; each k32 slice, one P·V
+                         wgmma, inside one tile: fp8_layout.hpp's vt_offset, checked here);
+                         right, the unmasked loop's instructions per 128 keys and its waits per
+                         128 keys for 45/fp8, 47/two_stages and 47/wide, from the SASS counts in
+                         the step's prediction note (WIDE_NOTE), not a timing.
+
     scripts/figures_part8.py            # writes the PNGs
     scripts/figures_part8.py --out DIR  # somewhere else
 """
@@ -26,6 +33,8 @@ from figlib import BLUE, GREEN, GREY, ORANGE, RED, box, out_dir, parser, pyplot,
 LAYOUT = "common/fp8_layout.hpp"
 NOTE = "docs/results/notes/2026-12-07-fp8-exp-budget-prediction.md"
 BUDGET_KERNELS = ("45/fp8", "46/poly_quarter", "46/poly_half")
+WIDE_NOTE = "docs/results/notes/2026-12-07-fp8-wide-keys-prediction.md"
+WIDE_KERNELS = (("45/fp8", 128), ("47/two_stages", 128), ("47/wide", 192))
 TENSOR_CLOCKS = 2 * 2 * 64 * 128 * 128 * 2 // 8192  # 2 warpgroups × (S + P·V) at 8192 FLOPs a clock
 MUFU_CLOCKS = 8  # a warp's MUFU.EX2: 32 lanes through a sub-partition's 4-lane unit
 MATRIX_COLOURS = (BLUE, GREEN, ORANGE, "#9467bd")
@@ -167,10 +176,62 @@ def draw_budget(out):
     save(fig, out, "part8-exp-budget.png")
 
 
+def draw_wide_keys(out):
+    source_text(LAYOUT, "return std::uint32_t(slot / kRowBytes) * kVtTileBytes + swizzled_offset(d, slot % kRowBytes);",
+                "vt_offset's two tiles")
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.6), gridspec_kw={"width_ratios": [1.4, 1]})
+    # Left: Vᵀ of one stage, head dims down, key slots across, in two 128-slot tiles.
+    left.axis("off")
+    slice_w, tile_gap, height = 1.0, 0.5, 4.0
+    colours = (BLUE, GREEN, ORANGE, "#9467bd", BLUE, GREEN)
+    for kk in range(6):
+        tile, within = divmod(kk, 4)
+        x0 = tile * (4 * slice_w + tile_gap) + within * slice_w
+        box(left, x0, 0, slice_w, height, colours[kk], alpha=0.35)
+        left.text(x0 + slice_w / 2, height / 2, f"k32\nslice {kk}\nkeys\n{32 * kk}-{32 * kk + 31}", ha="center",
+                  va="center", fontsize=7.5)
+        left.text(x0 + slice_w / 2, -0.35, f"wgmma {kk}", ha="center", fontsize=7)
+    for within in (2, 3):  # the second tile's unused half
+        x0 = 4 * slice_w + tile_gap + within * slice_w
+        box(left, x0, 0, slice_w, height, GREY, alpha=0.12)
+        left.text(x0 + slice_w / 2, height / 2, "unused", ha="center", va="center", fontsize=7, color=GREY)
+    for tile in range(2):
+        x0 = tile * (4 * slice_w + tile_gap)
+        left.text(x0 + 2 * slice_w, height + 0.35, f"tile {tile}: 128 × 128 bytes, swizzled",
+                  ha="center", fontsize=8)
+    left.text(-0.25, height / 2, "head dim\n0-127", ha="right", va="center", fontsize=8)
+    left.set_xlim(-1.3, 8 * slice_w + tile_gap + 0.2)
+    left.set_ylim(-0.8, height + 0.8)
+    left.set_title("Vᵀ of a 192-key block: each P·V wgmma reads one k32 slice inside one tile", fontsize=10)
+
+    # Right: instructions per 128 keys, and the per-block waits per 128 keys (one set a block).
+    names = [k for k, _ in WIDE_KERNELS]
+    per128 = []
+    for kernel, keys in WIDE_KERNELS:
+        m = source_match(WIDE_NOTE, r"\| " + re.escape(kernel) + r" \| (\d+) \| (\d+) \| (\d+) \|",
+                         f"{kernel}'s SASS counts")
+        per128.append(int(m.group(3)))
+    waits = [128 / keys for _, keys in WIDE_KERNELS]
+    y = range(len(names))
+    right.barh(list(y), per128, 0.5, color=BLUE)
+    for k, (v, w) in enumerate(zip(per128, waits)):
+        right.text(v + 8, k, f"{v} instructions, {w:.2f} sets of waits", va="center", fontsize=8)
+    right.set_yticks(list(y), names)
+    right.invert_yaxis()
+    right.set_xlim(0, 1000)
+    right.set_xlabel("per 128 keys, per warp (unmasked loop)")
+    right.set_title("What a block pays once, spread over more keys", fontsize=10)
+    fig.suptitle("Step 47: 192-key blocks at FP8, D = 128", fontsize=11)
+    fig.tight_layout()
+    save(fig, out, "part8-wide-keys.png")
+
+
 def main():
     out = out_dir(parser(__doc__).parse_args().out)
     draw(out)
     draw_budget(out)
+    draw_wide_keys(out)
 
 
 if __name__ == "__main__":

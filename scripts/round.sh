@@ -418,14 +418,14 @@ stage_fp8() {
   need_bin fp8 || return 1
   local rc=0
   local common=(--track attention --ref-rows 256 --dtype bf16,fp8 --mask both)
-  local dense=(33/iterators 45/fp8 45/fp8_words 46/poly_quarter 46/poly_half 99/cudnn 99/cudnn_fp8)
-  local gqa=(26/group_order 45/fp8 45/fp8_words 46/poly_quarter 46/poly_half 99/cudnn 99/cudnn_fp8)
+  local dense=(33/iterators 45/fp8 45/fp8_words 46/poly_quarter 46/poly_half 47/wide 47/two_stages 99/cudnn 99/cudnn_fp8)
+  local gqa=(26/group_order 45/fp8 45/fp8_words 46/poly_quarter 46/poly_half 47/wide 47/two_stages 99/cudnn 99/cudnn_fp8)
   local d64=(34/three_iterators 45/fp8 99/cudnn 99/cudnn_fp8)
   local v
   mapfile -t v < <(variant_args "${dense[@]}")
-  ladder_run "fp8-forward" 300 "${common[@]}" --steps 33,45,46,99 "${v[@]}" --b 2 --heads 16 --d 128 --n 8192 || rc=1
+  ladder_run "fp8-forward" 300 "${common[@]}" --steps 33,45,46,47,99 "${v[@]}" --b 2 --heads 16 --d 128 --n 8192 || rc=1
   mapfile -t v < <(variant_args "${gqa[@]}")
-  ladder_run "fp8-gqa" 300 "${common[@]}" --steps 26,45,46,99 "${v[@]}" --b 1 --heads 64 --kv-heads 8 --d 128 \
+  ladder_run "fp8-gqa" 300 "${common[@]}" --steps 26,45,46,47,99 "${v[@]}" --b 1 --heads 64 --kv-heads 8 --d 128 \
     --n 16384 || rc=1
   mapfile -t v < <(variant_args "${d64[@]}")
   ladder_run "fp8-d64" 200 "${common[@]}" --steps 34,45,99 "${v[@]}" --b 2 --heads 16 --d 64 --n 8192 || rc=1

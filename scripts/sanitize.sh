@@ -133,13 +133,14 @@ problems_of() {
     # 45 (FP8, D = 128 only): the producer's three transposing warps walk a 4-stage ring (and its Vᵀ
     # twin) across the CTA's tiles; 1177 = 9·128 + 25 gives the longest tile 10 blocks, so even one
     # tile wraps the ring twice, the lightest CTA's walk far more; GQA (group 2) too.
-    # 46: 45's kernel with part of the exponentials on the FMA pipes, the same problems.
-    45|46) echo "base --b 1 --heads 2 --n 1177 --grid-sms 3 --dtype fp8"
+    # 46: 45's kernel with part of the exponentials on the FMA pipes, the same problems. 47: a
+    # 2-stage ring of 192- or 128-key blocks; the longest tile's 7 or 10 blocks wrap it 3 or 4 times.
+    45|46|47) echo "base --b 1 --heads 2 --n 1177 --grid-sms 3 --dtype fp8"
         echo "serving --b 1 --heads 4 --kv-heads 2 --n 1050 --grid-sms 3 --dtype fp8" ;;
     *) return 1 ;;
   esac
 }
-readonly kTableSteps="0-46"  # the steps problems_of knows (--print-problems without an executable)
+readonly kTableSteps="0-47"  # the steps problems_of knows (--print-problems without an executable)
 
 # ---- arguments ------------------------------------------------------------------------------------
 steps="" dtype="" limit=600 serving=0 use_args=0 exe_args="" log_dir="" print_only=0 is_ladder=0

@@ -4,7 +4,7 @@
 # step and tool, through `ladder --steps S --dtype fp16,bf16 --serving`, and each lab's solution
 # checker with --no-time. Meant to fit one 10-minute call on an H200 (16 cores): see --budget.
 #
-#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-46, labs L01-L12 and L14, 4 tools
+#   scripts/sanitize_all.sh OUT_LOG                           # steps 03-47, labs L01-L12 and L14, 4 tools
 #   scripts/sanitize_all.sh -j 16 --build build/round OUT_LOG
 #   scripts/sanitize_all.sh --steps 20-22,25 --tools racecheck --labs none OUT_LOG
 #
@@ -45,7 +45,7 @@ readonly kCpuOnlyLabs="L03"
 export LADDER_LAB_STALL_MS=60000
 readonly kLabCost=12             # a lab job's cost guess (the queue's order only), before the tool's weight
 
-jobs_max=12 build=build/gpu steps_arg=3-46 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
+jobs_max=12 build=build/gpu steps_arg=3-47 tools_arg=${kAllTools// /,} labs_arg=${kAllLabs// /,}
 limit=300 budget=540 out=""
 value() { [ $# -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"; }
 while (($#)); do

@@ -334,6 +334,13 @@ TEST_CASE("the fp8 low-precision reference is the FP8 forward: P·2^8 in e4m3 ag
       if (n > kE4M3KeyBlock) {
         const std::vector<double> final_max = fp8_forward_by_hand(p, kE4M3PScale, n);
         CHECK(std::mismatch(final_max.begin(), final_max.end(), hand.begin()).first != final_max.end());
+        // A variant with 192-key blocks (step 47) gets the reference of its own blocks, which is
+        // not the 128-key one.
+        const auto low192 = attention_reference(p.s, p.q.value, p.k.value, p.v.value, p.rows, Precision::Low, 192);
+        const std::vector<double> hand192 = fp8_forward_by_hand(p, kE4M3PScale, 192);
+        REQUIRE(low192.o.size() == hand192.size());
+        for (std::size_t i = 0; i < hand192.size(); ++i) REQUIRE(low192.o[i] == hand192[i]);
+        CHECK(low192.o != low.o);
       }
       AttentionShape bf16 = p.s;
       bf16.dtype = DType::BF16;

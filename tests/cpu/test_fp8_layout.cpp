@@ -17,7 +17,6 @@ using namespace ladder::fp8;
 
 namespace {
 
-constexpr int kTile = kRowBytes * kRowBytes;
 constexpr int kLanes = 32;
 constexpr int kBanks = 32;
 
@@ -34,16 +33,18 @@ std::uint32_t word_at(const std::vector<std::uint8_t>& tile, std::uint32_t offse
 }
 
 // V[key][d] at its swizzled place; a byte that differs between neighbouring keys and head dims.
-std::vector<std::uint8_t> make_v() {
-  std::vector<std::uint8_t> v(kTile);
-  for (int key = 0; key < kRowBytes; ++key)
+// block_n keys: 128, or step 47's 192 (its Vᵀ in two 128-key tiles, fp8_layout.hpp's vt_offset).
+std::vector<std::uint8_t> make_v(int block_n = kRowBytes) {
+  std::vector<std::uint8_t> v(std::size_t(block_n) * kRowBytes);
+  for (int key = 0; key < block_n; ++key)
     for (int d = 0; d < kRowBytes; ++d) v[swizzled_offset(key, d)] = std::uint8_t((key * 37 + d * 11 + (key ^ d)) & 0xFF);
   return v;
 }
 
 struct Result {
-  std::vector<std::uint8_t> vt = std::vector<std::uint8_t>(kTile, 0);
-  std::vector<int> writes = std::vector<int>(kTile, 0);
+  explicit Result(int block_n = kRowBytes) : vt(vt_tiles(block_n) * kVtTileBytes, 0), writes(vt.size(), 0) {}
+  std::vector<std::uint8_t> vt;
+  std::vector<int> writes;
   int conflicted_accesses = 0;
 };
 
@@ -67,9 +68,10 @@ bool words_conflict_free(const std::array<std::uint32_t, kLanes>& words) {
 using Selector = std::function<std::uint32_t(int sigma, int lane)>;
 using StoreOffset = std::function<std::uint32_t(int unit, int lane)>;
 
-Result matrix_transpose(const std::vector<std::uint8_t>& v, const Selector& selector, const StoreOffset& store_offset) {
-  Result res;
-  for (int unit = 0; unit < kMatrixUnits; ++unit) {
+Result matrix_transpose(const std::vector<std::uint8_t>& v, const Selector& selector, const StoreOffset& store_offset,
+                        int block_n = kRowBytes) {
+  Result res(block_n);
+  for (int unit = 0; unit < matrix_units(block_n); ++unit) {
     // ldmatrix.x4.trans: lane 8i + r names row r of matrix i.
     std::array<std::array<std::uint32_t, 8>, 4> load_rows{}, store_rows{};
     for (int lane = 0; lane < kLanes; ++lane) {
@@ -127,16 +129,20 @@ Result word_transpose(const std::vector<std::uint8_t>& v, const WordMap& map) {
   return res;
 }
 
-// Every Vᵀ byte written once, holding V[key][d] for the key P's order puts in that slot.
-int wrong_bytes(const std::vector<std::uint8_t>& v, const Result& res) {
-  int wrong = 0;
+// Every Vᵀ byte written once, holding V[key][d] for the key P's order puts in that slot, and no
+// byte written outside the block's slots.
+int wrong_bytes(const std::vector<std::uint8_t>& v, const Result& res, int block_n = kRowBytes) {
+  int wrong = 0, writes = 0;
   for (int d = 0; d < kRowBytes; ++d)
-    for (int slot = 0; slot < kRowBytes; ++slot) {
+    for (int slot = 0; slot < block_n; ++slot) {
       const int key = kK * (slot / kK) + permuted_key(slot % kK);
-      const std::uint32_t at = swizzled_offset(d, slot);
+      const std::uint32_t at = vt_offset(d, slot);
       wrong += res.writes[at] != 1 || res.vt[at] != v[swizzled_offset(key, d)];
+      writes += res.writes[at];
     }
-  return wrong;
+  int all_writes = 0;
+  for (int w : res.writes) all_writes += w;
+  return wrong + (all_writes - writes);
 }
 
 }  // namespace
@@ -163,6 +169,21 @@ TEST_CASE("fp8 layout: the matrix transpose (ldmatrix.trans, PRMT, stmatrix) wri
   const Result res = matrix_transpose(v, prmt_selector, matrix_store_offset);
   CHECK(wrong_bytes(v, res) == 0);
   CHECK(res.conflicted_accesses == 0);
+}
+
+TEST_CASE("fp8 layout: a 192-key block's transpose fills two Vt tiles exactly, conflict-free", "[fp8_layout]") {
+  constexpr int kWide = 192;  // step 47's key block
+  const auto v = make_v(kWide);
+  const Result res = matrix_transpose(v, prmt_selector, matrix_store_offset, kWide);
+  CHECK(wrong_bytes(v, res, kWide) == 0);
+  CHECK(res.conflicted_accesses == 0);
+  // Planted: the slices past 128 keys stored as if a Vt row were 192 bytes long (no second tile).
+  const StoreOffset one_tile = [](int unit, int lane) {
+    const int i = lane / 8, r = lane % 8;
+    const int row = matrix_store_row(unit, i % 2, r), slot = kK * matrix_unit_slice(unit) + 16 * (i / 2);
+    return std::uint32_t(row) * (kWide / 32 * kK) + ((std::uint32_t(slot) / kChunkBytes) ^ (row % 8)) * kChunkBytes;
+  };
+  CHECK(wrong_bytes(v, matrix_transpose(v, prmt_selector, one_tile, kWide), kWide) > 0);
 }
 
 TEST_CASE("fp8 layout: the word transpose (32-bit loads, PRMT, 32-bit stores) writes Vt exactly, conflict-free",

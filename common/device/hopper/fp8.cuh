@@ -49,7 +49,8 @@ inline constexpr int kPLog2Offset = 8;
 //   k       the K ring, [kStages][kBlockN][128]
 //   v       V blocks as TMA lands them, [kStages][kBlockN][128] ([keys][D])
 //   vt      the same blocks transposed by the producer, [kStages][D][kBlockN] ([D][keys], keys
-//           permuted within each k32 slice: permuted_key), the B operand of P·V
+//           permuted within each k32 slice: permuted_key), the B operand of P·V; a block of more
+//           than 128 keys in 128-key tiles side by side (fp8_layout.hpp's vt_offset)
 // No O staging: at one byte an element Q's buffer is half O's bf16 rows, and the 32 KB a staging
 // buffer would take is a fourth ring stage instead (the transpose's slack, below); O goes to
 // global memory from registers (store_o_rows_fp8), once a tile.
@@ -63,14 +64,15 @@ struct Fp8AttentionStorage {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim;   // one byte an element
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim;  // one of K, V or Vᵀ
-  static_assert(kHeadDim == kFp8RowBytes && kBlockN == kFp8RowBytes,
-                "one swizzled 128-byte row per Q/K row and per Vt row (D = 128, 128-key blocks)");
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim;  // one of K or V
+  static constexpr std::uint32_t kVtBytes = fp8::vt_tiles(kBlockN) * fp8::kVtTileBytes;  // == kKVBytes at 128 keys
+  static_assert(kHeadDim == kFp8RowBytes, "one swizzled 128-byte row per Q/K/V row (D = 128)");
+  static_assert(kBlockN % kFp8K == 0 && kBlockN <= 256, "whole k32 slices; wgmma's N is at most 256");
 
   alignas(kSwizzleAlign) std::uint8_t q[kQBytes];
   alignas(kSwizzleAlign) std::uint8_t k[kStages][kKVBytes];
   alignas(kSwizzleAlign) std::uint8_t v[kStages][kKVBytes];
-  alignas(kSwizzleAlign) std::uint8_t vt[kStages][kKVBytes];
+  alignas(kSwizzleAlign) std::uint8_t vt[kStages][kVtBytes];
   std::uint64_t q_full;
   std::uint64_t q_empty;
   std::uint64_t kv_full[kStages];
@@ -116,20 +118,57 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const std::uint32_
                : LADDER_WGMMA8_ACC128
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
+#define LADDER_WGMMA8_ACC192 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define LADDER_WGMMA8_REGS192 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, " \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, " \
+  "%92, %93, %94, %95}"
+// SS with N = 192 (step 47's 192-key blocks): S's 64 × 192 tile, 96 accumulators a thread.
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[96], std::uint64_t a, std::uint64_t b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " LADDER_WGMMA8_REGS192
+               ", %96, %97, p, 1, 1;\n}\n"
+               : LADDER_WGMMA8_ACC192
+               : "l"(a), "l"(b), "r"(accumulate));
+}
 #undef LADDER_WGMMA8_ACC128
 #undef LADDER_WGMMA8_REGS128
+#undef LADDER_WGMMA8_ACC192
+#undef LADDER_WGMMA8_REGS192
 
-// S (64 × 128) = Q (64 × 128) · Kᵀ: four k32 steps, 32 bytes apart in the 128-byte rows.
-__device__ __forceinline__ void issue_qk_e4m3(float (&s)[64], std::uint64_t q_desc, std::uint64_t k_desc) {
+// S (64 × kBlockN) = Q (64 × 128) · Kᵀ: four k32 steps, 32 bytes apart in the 128-byte rows; the
+// accumulator's size (64 or 96 floats a thread) picks the instruction's N (128 or 192).
+template <int kSRegs>
+__device__ __forceinline__ void issue_qk_e4m3(float (&s)[kSRegs], std::uint64_t q_desc, std::uint64_t k_desc) {
+  static_assert(kSRegs == 64 || kSRegs == 96, "128- or 192-key blocks");
 #pragma unroll
   for (int kk = 0; kk < kFp8RowBytes / kFp8K; ++kk)
     wgmma_e4m3_ss(s, desc_advance(q_desc, kk * kFp8K), desc_advance(k_desc, kk * kFp8K), kk > 0);
 }
-// O (64 × 128) += P (64 × 128 keys) · V: B is Vᵀ's rows (head dims) of 128 permuted keys.
-__device__ __forceinline__ void issue_pv_e4m3(float (&o)[64], const std::uint32_t (&p)[kFp8RowBytes / kFp8K][4],
+// O (64 × 128) += P (64 × kBlockN keys) · V: B is Vᵀ's rows (head dims) of permuted keys, one k32
+// slice an instruction; slices 4 and up lie in Vᵀ's next 128-key tile (fp8_layout.hpp, vt_offset).
+template <int kSlices>
+__device__ __forceinline__ void issue_pv_e4m3(float (&o)[64], const std::uint32_t (&p)[kSlices][4],
                                               std::uint64_t vt_desc) {
+  constexpr int kSlicesPerTile = kFp8RowBytes / kFp8K;
 #pragma unroll
-  for (int kk = 0; kk < kFp8RowBytes / kFp8K; ++kk) wgmma_e4m3_rs(o, p[kk], desc_advance(vt_desc, kk * kFp8K));
+  for (int kk = 0; kk < kSlices; ++kk)
+    wgmma_e4m3_rs(o, p[kk], desc_advance(vt_desc, (kk / kSlicesPerTile) * fp8::kVtTileBytes + (kk % kSlicesPerTile) * kFp8K));
 }
 
 // Four floats as four e4m3 bytes, the first in the lowest byte; round to nearest even, saturated
@@ -180,11 +219,12 @@ __device__ __forceinline__ void stmatrix_x4(void* smem_row, const std::uint32_t 
 }
 
 // The matrix form: per unit one ldmatrix.x4.trans (512 bytes), four PRMTs, one stmatrix.x4.
-template <int kWorkers>
+template <int kWorkers, int kBlockN = kFp8RowBytes>
 __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* __restrict__ v,
                                                            std::uint8_t* __restrict__ vt, int worker, int lane) {
   constexpr int kBatch = 4;
-  constexpr int kPerWorker = (fp8::kMatrixUnits + kWorkers - 1) / kWorkers;
+  constexpr int kUnits = fp8::matrix_units(kBlockN);
+  constexpr int kPerWorker = (kUnits + kWorkers - 1) / kWorkers;
   const std::uint32_t select0 = fp8::prmt_selector(0, lane), select1 = fp8::prmt_selector(1, lane);
 #pragma unroll 1
   for (int b0 = 0; b0 < kPerWorker; b0 += kBatch) {
@@ -192,13 +232,13 @@ __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* _
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int unit = worker + kWorkers * (b0 + u);
-      if (b0 + u < kPerWorker && unit < fp8::kMatrixUnits)
+      if (b0 + u < kPerWorker && unit < kUnits)
         ptx::ldmatrix_x4_trans(in[u], v + fp8::matrix_load_offset(unit, lane));
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int unit = worker + kWorkers * (b0 + u);
-      if (b0 + u >= kPerWorker || unit >= fp8::kMatrixUnits) continue;
+      if (b0 + u >= kPerWorker || unit >= kUnits) continue;
       const std::uint32_t out[4] = {__byte_perm(in[u][0], in[u][1], select0), __byte_perm(in[u][0], in[u][1], select1),
                                     __byte_perm(in[u][2], in[u][3], select0), __byte_perm(in[u][2], in[u][3], select1)};
       stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane), out);
