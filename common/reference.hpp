@@ -21,9 +21,10 @@ enum class Precision {
   Low,   // fp32 scores and sums, P rounded to the element type (shape.dtype) before P·V, output
          // rounded to it. fp8 (E4M3): what the FP8 kernel computes: fp32 scores of the dequantized
          // inputs, P = exp(s − m) in fp32 against the running max m of the key blocks seen so
-         // far (kE4M3KeyBlock keys a block unless the variant says otherwise, the last block first, as the kernels work), P rounded for P·V as
-         // from_e4m3(to_e4m3(P·2^8)) / 2^8 (FlashAttention-3's offset: P·256 in [0, 256] fits
-         // e4m3's 448, dtype.hpp's kE4M3PScale), the row sum from the unrounded fp32 P, O rounded
+         // far (kE4M3KeyBlock keys a block unless the variant declares its own, the last block
+         // first, as the kernels work), P rounded for P·V as from_e4m3(to_e4m3(P·2^8)) / 2^8
+         // (FlashAttention-3's offset: P·256 in [0, 256] fits e4m3's 448, dtype.hpp's
+         // kE4M3PScale), the row sum from the unrounded fp32 P, O rounded
          // to bf16 (output_dtype). Fp64 is unchanged: exact arithmetic on the dequantized values.
          // With these two the pass rule is the issue's "within 2× of a reference that rounds Q,
          // K, V and P to FP8 the same way" (compare.hpp says why).
