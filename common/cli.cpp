@@ -258,6 +258,14 @@ ParseOutcome parse_cli(int argc, const char* const* argv, int only_step) {
                       "as many keys as queries per sequence)";
     return outcome;
   }
+  // A varlen batch interleaves the heads ([total, H, D]): there is no contiguous block to scale.
+  if (o.run.head_magnitudes &&
+      std::any_of(o.varlen.begin(), o.varlen.end(), [](const std::string& spec) { return spec != "dense"; })) {
+    outcome.exit_code = exit_code::kUsage;
+    outcome.message = "error: --head-magnitudes takes the dense layouts only (--varlen dense, or no "
+                      "--varlen): a variable-length batch interleaves its heads";
+    return outcome;
+  }
   // Output paths are checked before any GPU work: a typo must not cost a whole run.
   if (auto why = unwritable_file(o.json_path)) {
     outcome.exit_code = exit_code::kIo;

@@ -29,6 +29,15 @@ TEST_CASE("sizes must be positive whole numbers", "[cli]") {
   CHECK_FALSE(parse({"--min-reps", "9", "--max-reps", "3"}).options);
 }
 
+TEST_CASE("--head-magnitudes with a variable-length batch is a usage error", "[cli]") {
+  const auto o = parse({"--head-magnitudes", "--varlen", "17,300"});
+  CHECK_FALSE(o.options);
+  CHECK(o.exit_code == 2);
+  CHECK(o.message.find("--head-magnitudes") != std::string::npos);
+  CHECK(parse({"--head-magnitudes", "--varlen", "dense"}).options);
+  CHECK(parse({"--head-magnitudes"}).options);
+}
+
 TEST_CASE("--help is not an error", "[cli]") {
   const auto o = parse({"--help"});
   CHECK_FALSE(o.options);
