@@ -6,7 +6,9 @@
 //
 // The tiles are 128 rows of 128 bytes, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (the
 // 128-byte swizzle TMA writes and wgmma's descriptors read). V is [keys][D], Vᵀ is [D][keys] with
-// the keys of each 32-key slice in P's order (permuted_key).
+// the keys of each 32-key slice in P's order (permuted_key). At D = 64 a Q, K or V row is 64
+// bytes and takes the 64-byte swizzle (swizzled_offset's row_bytes); Vᵀ's rows are still 128 keys,
+// 128 bytes, only 64 of them.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +32,14 @@ LADDER_HOST_DEVICE constexpr int permuted_key(int k) {
 }
 
 // Rows and bytes are never negative: unsigned arithmetic lets / and % be shifts and masks.
-LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte) {
+// The swizzles TMA writes (CU_TENSOR_MAP_SWIZZLE_128B / _64B) are one rule on the byte offset o of
+// a dense tile: the 16-byte chunk bits of o are XORed with the bits of o / 128 that fit them, three
+// for 128-byte rows (chunk c of row r at c ^ (r % 8)), two for 64-byte rows (c ^ (r / 2 % 4)).
+LADDER_HOST_DEVICE constexpr std::uint32_t swizzled_offset(int row, int byte, int row_bytes = kRowBytes) {
   const std::uint32_t r = std::uint32_t(row), b = std::uint32_t(byte), chunk = kChunkBytes;
-  return r * kRowBytes + (((b / chunk) ^ (r % 8)) * chunk) + b % chunk;
+  if (row_bytes == kRowBytes) return r * kRowBytes + (((b / chunk) ^ (r % 8)) * chunk) + b % chunk;
+  const std::uint32_t o = r * std::uint32_t(row_bytes) + b;
+  return o ^ (((o / 128) & (std::uint32_t(row_bytes) / chunk - 1)) * chunk);
 }
 
 // ---- Vᵀ of more than 128 keys ---------------------------------------------------------------------
@@ -49,7 +56,8 @@ LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset(int d, int slot) {
 
 // ---- The matrix transpose: ldmatrix.trans, PRMT, stmatrix ---------------------------------------
 // A unit is one 16-byte head-dim chunk c (head dims 16c .. 16c + 15) of one k32 slice kk (keys
-// 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile (matrix_units: 8 a slice).
+// 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile (matrix_units: 8 a slice),
+// 16 at D = 64 (4 a slice).
 //
 // In: ldmatrix.x4.trans.b16 loads four 8 × 8 matrices of 16-bit elements, each 8 rows of 16
 // bytes, lanes 8i .. 8i + 7 naming matrix i's rows. Matrix i = 2h + half is the 8 keys
@@ -57,6 +65,8 @@ LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset(int d, int slot) {
 // matrix i the byte pairs of keys 2t and 2t + 1 (of those 8) at head dims 16c + 2q, 16c + 2q + 1:
 //     R[i] = V[k][d], V[k][d + 1], V[k + 1][d], V[k + 1][d + 1],   k = 32kk + 16h + 8half + 2t.
 // Rows are 8 consecutive keys, so their chunks c ^ (key % 8) are 8 different ones: no conflict.
+// At D = 64 the 8 rows are 512 bytes: keys 2j and 2j + 1 share a 128-byte line, halves apart, and
+// c ^ (j % 4) differs for the four j: 8 different 16-byte bank groups again.
 //
 // PRMT: bytes 0 and 2 of R[2h] and of R[2h + 1] are keys 2t, 2t + 1, 8 + 2t, 9 + 2t of the
 // 16-key half h at head dim d: exactly slots 16h + 4t .. 16h + 4t + 3 of Vᵀ row d in P's order
@@ -69,29 +79,37 @@ LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset(int d, int slot) {
 // row q, Vᵀ row 16c + 2q + (σ ^ [q ≥ 4]): rows 0, 2, 4, 6 then 9, 11, 13, 15 of the chunk (σ = 0),
 // eight different row % 8. The lanes with q ≥ 4 swap which of their two words they store where,
 // and that is free: it is only which PRMT selector they use (prmt_selector).
-inline constexpr int kMatrixUnits = 32;  // of a 128-key block
-LADDER_HOST_DEVICE constexpr int matrix_units(int block_n) { return 8 * (block_n / kK); }
+inline constexpr int kMatrixUnits = 32;  // of a 128-key block at D = 128
+LADDER_HOST_DEVICE constexpr int matrix_units(int block_n, int head_dim = kRowBytes) {
+  return (head_dim / kChunkBytes) * (block_n / kK);
+}
 static_assert(matrix_units(kRowBytes) == kMatrixUnits);
 inline constexpr std::uint32_t kSelectEven = 0x6420;  // bytes 0, 2 of each register: head dim d
 inline constexpr std::uint32_t kSelectOdd = 0x7531;   // bytes 1, 3: head dim d + 1
 
-LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit) { return unit & 7; }
-LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit) { return unit >> 3; }
+// A unit's chunk and slice: 8 chunks a slice at D = 128, 4 at D = 64 (a power of two either way).
+LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit, int head_dim = kRowBytes) {
+  return unit & (head_dim / kChunkBytes - 1);
+}
+LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit, int head_dim = kRowBytes) {
+  return unit >> (head_dim == kRowBytes ? 3 : 2);
+}
+static_assert(matrix_unit_chunk(13, 64) == 1 && matrix_unit_slice(13, 64) == 3 && matrix_unit_slice(13) == 1);
 
-// Byte offset in V of the row this lane names for ldmatrix.
-LADDER_HOST_DEVICE constexpr std::uint32_t matrix_load_offset(int unit, int lane) {
+// Byte offset in V (rows of head_dim bytes) of the row this lane names for ldmatrix.
+LADDER_HOST_DEVICE constexpr std::uint32_t matrix_load_offset(int unit, int lane, int head_dim = kRowBytes) {
   const int i = lane >> 3, r = lane & 7;
-  const int key = kK * matrix_unit_slice(unit) + 16 * (i / 2) + 8 * (i % 2) + r;
-  return swizzled_offset(key, kChunkBytes * matrix_unit_chunk(unit));
+  const int key = kK * matrix_unit_slice(unit, head_dim) + 16 * (i / 2) + 8 * (i % 2) + r;
+  return swizzled_offset(key, kChunkBytes * matrix_unit_chunk(unit, head_dim), head_dim);
 }
 // Vᵀ's row in row q of store matrix i = 2h + σ.
-LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q) {
-  return 16 * matrix_unit_chunk(unit) + 2 * q + (sigma ^ (q >= 4 ? 1 : 0));
+LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q, int head_dim = kRowBytes) {
+  return 16 * matrix_unit_chunk(unit, head_dim) + 2 * q + (sigma ^ (q >= 4 ? 1 : 0));
 }
 // Byte offset in Vᵀ of the row this lane names for stmatrix.
-LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane) {
+LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane, int head_dim = kRowBytes) {
   const int i = lane >> 3, r = lane & 7;
-  return vt_offset(matrix_store_row(unit, i % 2, r), kK * matrix_unit_slice(unit) + 16 * (i / 2));
+  return vt_offset(matrix_store_row(unit, i % 2, r, head_dim), kK * matrix_unit_slice(unit, head_dim) + 16 * (i / 2));
 }
 // The selector that makes this lane's store register 2h + σ from R[2h], R[2h + 1].
 LADDER_HOST_DEVICE constexpr std::uint32_t prmt_selector(int sigma, int lane) {

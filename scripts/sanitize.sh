@@ -130,7 +130,7 @@ problems_of() {
     # 12 each, W = 2 at D = 64 and 3 at 128; the splits of both row blocks meet at the counters.
     44) echo "serving --b 2 --heads 10 --kv-heads 2 --n 16 --kv-n 2300 --grid-sms 3"
         echo "serving --b 2 --heads 10 --kv-heads 2 --n 4 --kv-n 2300 --grid-sms 3" ;;
-    # 45 (FP8, D = 128 only): the producer's three transposing warps walk a 4-stage ring (and its Vᵀ
+    # 45 (FP8, D = 64 and 128): the producer's three transposing warps walk a 4-stage ring (and its Vᵀ
     # twin) across the CTA's tiles; 1177 = 9·128 + 25 gives the longest tile 10 blocks, so even one
     # tile wraps the ring twice, the lightest CTA's walk far more; GQA (group 2) too.
     # 46: 45's kernel with part of the exponentials on the FMA pipes, the same problems. 47: a

@@ -27,12 +27,14 @@
 // rows each, 128-key blocks, descriptors built once. Two things differ for the bytes: the ring has
 // 4 stages (the producer's transpose needs the slack) and O goes out from registers, since an O
 // staging buffer would cost that fourth stage.
-// D = 128 only: a 128-byte row of e4m3 is one swizzle row; D = 64 (64-byte rows, the 64-byte
-// swizzle) is left to the exercises.
+// D = 128 or 64. A D = 128 row of e4m3 is one 128-byte swizzle row, as a 16-bit kernel's column
+// block is; a D = 64 row is 64 bytes, in the 64-byte swizzle (its TMA maps, its descriptors and
+// the transpose's loads: common/fp8_layout.hpp). Vᵀ's rows are 128 keys either way.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "common/device/hopper/fp8.cuh"
@@ -50,9 +52,10 @@ namespace ptx = ladder::ptx;
 
 using hopper::kWarpgroupThreads;
 
+template <int kHeadDim_>
 struct Tile {
   using Element = std::uint8_t;  // e4m3, as bytes (O is bf16)
-  static constexpr int kHeadDim = 128;
+  static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
   // The producer warpgroup now computes (the transpose): more than the 24 a lone TMA thread needs.
@@ -136,7 +139,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
           // consumers' release of this stage, which they give only after their P·V of it.
           hopper::wait_kv_block(st, it);
           if constexpr (kTranspose == Transpose::Matrices)
-            hopper::transpose_v_block_matrices<T::kTransposeWarps>(st.v[stage], st.vt[stage], warp_in_wg - 1, lane);
+            hopper::transpose_v_block_matrices<T::kTransposeWarps, T::kBlockN, T::kHeadDim>(st.v[stage], st.vt[stage],
+                                                                                          warp_in_wg - 1, lane);
           else
             hopper::transpose_v_block_words<T::kTransposeWarps>(st.v[stage], st.vt[stage], warp_in_wg - 1, lane);
           // The generic-proxy stores must be visible to wgmma (the async proxy) before the release.
@@ -159,8 +163,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   // Descriptors built once (step 33): this warpgroup's 64 rows of Q, K and Vᵀ at stage 0. All three
   // are K-major 128-byte rows now.
-  const std::uint64_t q_desc = hopper::desc_k_major(ptx::smem_addr(st.q) + consumer * 64 * hopper::kFp8RowBytes);
-  const std::uint64_t k_desc = hopper::desc_k_major(ptx::smem_addr(st.k));
+  const std::uint64_t q_desc = hopper::desc_k_major_rows<T::kHeadDim>(ptx::smem_addr(st.q) + consumer * 64 * T::kHeadDim);
+  const std::uint64_t k_desc = hopper::desc_k_major_rows<T::kHeadDim>(ptx::smem_addr(st.k));
   const std::uint64_t vt_desc = hopper::desc_k_major(ptx::smem_addr(st.vt));
   const int local_row0 = consumer * 64 + warp_in_wg * 16 + g;
   const bool store_thread = (tid % kWarpgroupThreads) == 0;  // releases the Q buffer
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   std::uint32_t p[T::kBlockN / 32][4];  // P of the previous block in e4m3: half step 33's registers
   float rescale[2];
 
-  auto issue_s = [&](int stage) { hopper::issue_qk_e4m3(s, q_desc, hopper::desc_advance(k_desc, stage * T::Storage::kKVBytes)); };
+  auto issue_s = [&](int stage) { hopper::issue_qk_e4m3<T::kHeadDim>(s, q_desc, hopper::desc_advance(k_desc, stage * T::Storage::kKVBytes)); };
   auto issue_pv = [&](int stage) { hopper::issue_pv_e4m3(acc_o, p, hopper::desc_advance(vt_desc, stage * T::Storage::kKVBytes)); };
   auto wait_vt = [&](int position) {
     hopper::mbarrier_wait(&st.vt_full[hopper::ring_stage<T::kStages>(position)], hopper::ring_parity<T::kStages>(position));
@@ -269,8 +273,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- Host side --------------------------------------------------------------------------------
-// Q, K, V as bytes in 128-byte rows (one column block at D = 128), O as bf16 in 64-row boxes of
-// one 64-column block (unused: the epilogue stores from registers, store_o_rows_fp8).
+// Q, K, V as bytes in D-byte rows (one column block, 128- or 64-byte swizzle), O as bf16 in 64-row
+// boxes of one 64-column block (unused: the epilogue stores from registers, store_o_rows_fp8).
 template <class T>
 hopper::ForwardMaps fp8_maps(const AttentionArgs& args) {
   const auto a = args.as_fp8();
@@ -296,16 +300,24 @@ void launch_tile(const AttentionArgs& args, cudaStream_t stream) {
 
 // Causal: the snake. Without a mask: the row walk, or GQA's group walk (the heads that read one
 // K/V block side by side).
+template <Transpose kTranspose, int kHeadDim>
+void launch_d(const AttentionArgs& a, cudaStream_t stream) {
+  using T = Tile<kHeadDim>;
+  if (a.shape.causal) launch_tile<hopper::Snake, T, true, kTranspose>(a, stream);
+  else if (a.shape.gqa()) launch_tile<hopper::GroupWalk, T, false, kTranspose>(a, stream);
+  else launch_tile<hopper::RowWalk<false>, T, false, kTranspose>(a, stream);
+}
+// The word transpose's lane maps are written for 128-byte rows: that variant serves D = 128 only.
 template <Transpose kTranspose>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.shape.causal) launch_tile<hopper::Snake, Tile, true, kTranspose>(a, stream);
-  else if (a.shape.gqa()) launch_tile<hopper::GroupWalk, Tile, false, kTranspose>(a, stream);
-  else launch_tile<hopper::RowWalk<false>, Tile, false, kTranspose>(a, stream);
+  if constexpr (kTranspose == Transpose::Matrices)
+    if (a.shape.head_dim == 64) return launch_d<kTranspose, 64>(a, stream);
+  launch_d<kTranspose, 128>(a, stream);
 }
 
-template <Transpose kTranspose>
-std::vector<ladder::KernelInfo> kernels() {
-  using T = Tile;
+template <Transpose kTranspose, int kHeadDim>
+std::vector<ladder::KernelInfo> kernels_d() {
+  using T = Tile<kHeadDim>;
   const auto name = ladder::strprintf("fp8_forward_kernel<D=%d,%dx%d,%d stages,e4m3,%s>", T::kHeadDim, T::kBlockM,
                                       T::kBlockN, T::kStages, kTranspose == Transpose::Matrices ? "ldsm.t" : "words");
   std::vector<ladder::KernelInfo> out;
@@ -318,23 +330,29 @@ std::vector<ladder::KernelInfo> kernels() {
   for (auto& k : out) k.dtype = ladder::DType::E4M3;
   return out;
 }
+template <Transpose kTranspose>
+std::vector<ladder::KernelInfo> kernels(int head_dim) {
+  if constexpr (kTranspose == Transpose::Matrices)
+    if (head_dim == 64) return kernels_d<kTranspose, 64>();
+  return kernels_d<kTranspose, 128>();
+}
 
 ladder::Variant fp8_variant(const char* name, const char* what, ladder::AttentionLaunch fn,
-                            std::vector<ladder::KernelInfo> (*kernels_of)()) {
+                            std::vector<ladder::KernelInfo> (*kernels_of)(int), std::initializer_list<int> head_dims) {
   return ladder::attention_variant(name, what, fn)
       .needs_sm(90)
-      .for_head_dims({128})
+      .for_head_dims(head_dims)
       .for_dtypes({ladder::DType::E4M3})
       .serves({ladder::Feature::Gqa, ladder::Feature::HeadScales})
       .refuse_if([](const ladder::AttentionShape&) { return hopper::refuse_unless_sm90(); })
-      .with_kernels([kernels_of](int) { return kernels_of(); });
+      .with_kernels([kernels_of](int head_dim) { return kernels_of(head_dim); });
 }
 
 LADDER_REGISTER_STEP(
     ladder::attention_step(45, "fp8_forward", "FP8: Q, K, V and P in e4m3, V transposed by the producer", "33/iterators")
         .add(fp8_variant("fp8", "33/iterators in e4m3: the producer's warps 1-3 transpose V in shared memory with ldmatrix.trans and stmatrix, P packed into P·V's A operand in place, bf16 O",
-                         launch<Transpose::Matrices>, kernels<Transpose::Matrices>))
+                         launch<Transpose::Matrices>, kernels<Transpose::Matrices>, {64, 128}))
         .add(fp8_variant("fp8_words", "fp8 with V transposed by 32-bit loads and stores (4 bytes a lane where ldmatrix moves 16)",
-                         launch<Transpose::Words>, kernels<Transpose::Words>)));
+                         launch<Transpose::Words>, kernels<Transpose::Words>, {128})));
 
 }  // namespace

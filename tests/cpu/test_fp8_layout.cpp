@@ -33,11 +33,13 @@ std::uint32_t word_at(const std::vector<std::uint8_t>& tile, std::uint32_t offse
 }
 
 // V[key][d] at its swizzled place; a byte that differs between neighbouring keys and head dims.
-// block_n keys: 128, or step 47's 192 (its Vᵀ in two 128-key tiles, fp8_layout.hpp's vt_offset).
-std::vector<std::uint8_t> make_v(int block_n = kRowBytes) {
-  std::vector<std::uint8_t> v(std::size_t(block_n) * kRowBytes);
+// block_n keys: 128, or step 47's 192 (its Vᵀ in two 128-key tiles, fp8_layout.hpp's vt_offset);
+// head_dim bytes a row: 128, or 64 (the 64-byte swizzle).
+std::vector<std::uint8_t> make_v(int block_n = kRowBytes, int head_dim = kRowBytes) {
+  std::vector<std::uint8_t> v(std::size_t(block_n) * head_dim);
   for (int key = 0; key < block_n; ++key)
-    for (int d = 0; d < kRowBytes; ++d) v[swizzled_offset(key, d)] = std::uint8_t((key * 37 + d * 11 + (key ^ d)) & 0xFF);
+    for (int d = 0; d < head_dim; ++d)
+      v[swizzled_offset(key, d, head_dim)] = std::uint8_t((key * 37 + d * 11 + (key ^ d)) & 0xFF);
   return v;
 }
 
@@ -67,15 +69,19 @@ bool words_conflict_free(const std::array<std::uint32_t, kLanes>& words) {
 
 using Selector = std::function<std::uint32_t(int sigma, int lane)>;
 using StoreOffset = std::function<std::uint32_t(int unit, int lane)>;
+using LoadOffset = std::function<std::uint32_t(int unit, int lane)>;
+// The kernel's own store map at D = 128 (its head_dim argument left at the default).
+const StoreOffset store_128 = [](int unit, int lane) { return matrix_store_offset(unit, lane); };
 
 Result matrix_transpose(const std::vector<std::uint8_t>& v, const Selector& selector, const StoreOffset& store_offset,
-                        int block_n = kRowBytes) {
+                        int block_n = kRowBytes, int head_dim = kRowBytes, LoadOffset load_offset = nullptr) {
+  if (!load_offset) load_offset = [head_dim](int unit, int lane) { return matrix_load_offset(unit, lane, head_dim); };
   Result res(block_n);
-  for (int unit = 0; unit < matrix_units(block_n); ++unit) {
+  for (int unit = 0; unit < matrix_units(block_n, head_dim); ++unit) {
     // ldmatrix.x4.trans: lane 8i + r names row r of matrix i.
     std::array<std::array<std::uint32_t, 8>, 4> load_rows{}, store_rows{};
     for (int lane = 0; lane < kLanes; ++lane) {
-      load_rows[lane / 8][lane % 8] = matrix_load_offset(unit, lane);
+      load_rows[lane / 8][lane % 8] = load_offset(unit, lane);
       store_rows[lane / 8][lane % 8] = store_offset(unit, lane);
     }
     for (int i = 0; i < 4; ++i) res.conflicted_accesses += !rows_conflict_free(load_rows[i]) + !rows_conflict_free(store_rows[i]);
@@ -131,13 +137,14 @@ Result word_transpose(const std::vector<std::uint8_t>& v, const WordMap& map) {
 
 // Every Vᵀ byte written once, holding V[key][d] for the key P's order puts in that slot, and no
 // byte written outside the block's slots.
-int wrong_bytes(const std::vector<std::uint8_t>& v, const Result& res, int block_n = kRowBytes) {
+int wrong_bytes(const std::vector<std::uint8_t>& v, const Result& res, int block_n = kRowBytes,
+                int head_dim = kRowBytes) {
   int wrong = 0, writes = 0;
-  for (int d = 0; d < kRowBytes; ++d)
+  for (int d = 0; d < head_dim; ++d)
     for (int slot = 0; slot < block_n; ++slot) {
       const int key = kK * (slot / kK) + permuted_key(slot % kK);
       const std::uint32_t at = vt_offset(d, slot);
-      wrong += res.writes[at] != 1 || res.vt[at] != v[swizzled_offset(key, d)];
+      wrong += res.writes[at] != 1 || res.vt[at] != v[swizzled_offset(key, d, head_dim)];
       writes += res.writes[at];
     }
   int all_writes = 0;
@@ -166,7 +173,7 @@ TEST_CASE("fp8 layout: permuted_key is a permutation of each k32 slice, pairs ke
 TEST_CASE("fp8 layout: the matrix transpose (ldmatrix.trans, PRMT, stmatrix) writes Vt exactly, conflict-free",
           "[fp8_layout]") {
   const auto v = make_v();
-  const Result res = matrix_transpose(v, prmt_selector, matrix_store_offset);
+  const Result res = matrix_transpose(v, prmt_selector, store_128);
   CHECK(wrong_bytes(v, res) == 0);
   CHECK(res.conflicted_accesses == 0);
 }
@@ -174,7 +181,7 @@ TEST_CASE("fp8 layout: the matrix transpose (ldmatrix.trans, PRMT, stmatrix) wri
 TEST_CASE("fp8 layout: a 192-key block's transpose fills two Vt tiles exactly, conflict-free", "[fp8_layout]") {
   constexpr int kWide = 192;  // step 47's key block
   const auto v = make_v(kWide);
-  const Result res = matrix_transpose(v, prmt_selector, matrix_store_offset, kWide);
+  const Result res = matrix_transpose(v, prmt_selector, store_128, kWide);
   CHECK(wrong_bytes(v, res, kWide) == 0);
   CHECK(res.conflicted_accesses == 0);
   // Planted: the slices past 128 keys stored as if a Vt row were 192 bytes long (no second tile).
@@ -184,6 +191,33 @@ TEST_CASE("fp8 layout: a 192-key block's transpose fills two Vt tiles exactly, c
     return std::uint32_t(row) * (kWide / 32 * kK) + ((std::uint32_t(slot) / kChunkBytes) ^ (row % 8)) * kChunkBytes;
   };
   CHECK(wrong_bytes(v, matrix_transpose(v, prmt_selector, one_tile, kWide), kWide) > 0);
+}
+
+TEST_CASE("fp8 layout: at D = 64 (64-byte rows, the 64-byte swizzle) the transpose fills 64 Vt rows exactly, conflict-free",
+          "[fp8_layout]") {
+  constexpr int kD = 64;
+  // The rule reproduces the 64-byte swizzle's pattern: chunk c of row r at c ^ (r / 2 % 4), and
+  // the 128-byte one's as before.
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < kD / kChunkBytes; ++c) {
+      CHECK(swizzled_offset(r, kChunkBytes * c, kD) == std::uint32_t(r * kD + kChunkBytes * (c ^ (r / 2 % 4))));
+      CHECK(swizzled_offset(r, kChunkBytes * c) == std::uint32_t(r * kRowBytes + kChunkBytes * (c ^ (r % 8))));
+    }
+  CHECK(matrix_units(kRowBytes, kD) == 16);
+  const auto v = make_v(kRowBytes, kD);
+  const Result res = matrix_transpose(v, prmt_selector, [](int unit, int lane) { return matrix_store_offset(unit, lane, kD); },
+                                      kRowBytes, kD);
+  CHECK(wrong_bytes(v, res, kRowBytes, kD) == 0);
+  CHECK(res.conflicted_accesses == 0);
+  // Planted: V's rows read as if swizzled at 128 bytes: wrong bytes (and conflicts).
+  const LoadOffset as_128 = [](int unit, int lane) {
+    const int i = lane >> 3, r = lane & 7;
+    const int key = kK * matrix_unit_slice(unit, kD) + 16 * (i / 2) + 8 * (i % 2) + r;
+    return std::uint32_t(key * kD) + ((std::uint32_t(matrix_unit_chunk(unit, kD)) ^ (key % 8)) % 4) * kChunkBytes;
+  };
+  const Result planted = matrix_transpose(v, prmt_selector, [](int unit, int lane) { return matrix_store_offset(unit, lane, kD); },
+                                          kRowBytes, kD, as_128);
+  CHECK(wrong_bytes(v, planted, kRowBytes, kD) > 0);
 }
 
 TEST_CASE("fp8 layout: the word transpose (32-bit loads, PRMT, 32-bit stores) writes Vt exactly, conflict-free",
@@ -198,7 +232,7 @@ TEST_CASE("fp8 layout: planted mistakes in the maps are caught", "[fp8_layout]")
   const auto v = make_v();
   SECTION("the upper lanes' selector swap forgotten: wrong bytes") {
     const Selector no_swap = [](int sigma, int) { return sigma ? kSelectOdd : kSelectEven; };
-    CHECK(wrong_bytes(v, matrix_transpose(v, no_swap, matrix_store_offset)) > 0);
+    CHECK(wrong_bytes(v, matrix_transpose(v, no_swap, store_128)) > 0);
   }
   SECTION("stmatrix rows 16c + 2q + sigma, without the swap: right bytes, 2-way conflicts") {
     const Selector no_swap = [](int sigma, int) { return sigma ? kSelectOdd : kSelectEven; };

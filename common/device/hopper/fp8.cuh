@@ -21,7 +21,8 @@
 // Tiles here are 128-byte rows of 128 one-byte elements: a D = 128 row of Q or K, a 128-key row of
 // Vᵀ. Byte for byte they are the 16-bit kernels' 64-column blocks, so the 128-byte swizzle, the
 // TMA boxes and the descriptors (desc_k_major, SBO = 1024) are unchanged; only the k step is 32
-// elements where it was 16.
+// elements where it was 16. At D = 64 a Q, K or V row is 64 bytes: those tiles take the 64-byte
+// swizzle (desc_k_major_rows<64>: SBO = 512, swizzle field 2), Vᵀ keeps 128-byte rows of keys.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,8 +66,10 @@ struct Fp8AttentionStorage {
   static constexpr int kStages = kStages_;
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim;   // one byte an element
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim;  // one of K or V
-  static constexpr std::uint32_t kVtBytes = fp8::vt_tiles(kBlockN) * fp8::kVtTileBytes;  // == kKVBytes at 128 keys
-  static_assert(kHeadDim == kFp8RowBytes, "one swizzled 128-byte row per Q/K/V row (D = 128)");
+  // Vᵀ: kHeadDim rows of 128 keys a tile (fp8_layout.hpp's vt_offset; == kKVBytes at 128 keys)
+  static constexpr std::uint32_t kVtBytes = fp8::vt_tiles(kBlockN) * std::uint32_t(kHeadDim) * kFp8RowBytes;
+  static_assert(kHeadDim == kFp8RowBytes || kHeadDim == 64, "a Q/K/V row is one swizzled row of 128 or 64 bytes");
+  static_assert(kHeadDim == kFp8RowBytes || kBlockN <= kFp8RowBytes, "Vt in one tile at D = 64");
   static_assert(kBlockN % kFp8K == 0 && kBlockN <= 256, "whole k32 slices; wgmma's N is at most 256");
 
   alignas(kSwizzleAlign) std::uint8_t q[kQBytes];
@@ -86,6 +89,15 @@ using fp8::permuted_key;
 using fp8::swizzled_offset;
 
 #if LADDER_SM90A
+// K-major descriptor for tiles of `kRowBytes`-byte rows in their own swizzle: 128 (desc_k_major)
+// or 64 (D = 64's Q and K: the 64-byte swizzle, whose 8-row atom is 512 bytes).
+template <int kRowBytes>
+__device__ __forceinline__ std::uint64_t desc_k_major_rows(std::uint32_t smem_addr) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64);
+  if constexpr (kRowBytes == 128) return desc_k_major(smem_addr);
+  else return desc_field(smem_addr) | (desc_field(16) << 16) | (desc_field(512) << 32) | (std::uint64_t(2) << 62);
+}
+
 // ---- 8-bit wgmma: m64n128k32, e4m3 × e4m3 → fp32 ------------------------------------------------
 #define LADDER_WGMMA8_ACC128 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
@@ -116,6 +128,17 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[64], const std::uint32_
   asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " LADDER_WGMMA8_REGS128
                ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
                : LADDER_WGMMA8_ACC128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+// RS with N = 64 (D = 64's P·V: O's 64 × 64 tile, 32 accumulators a thread).
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 #define LADDER_WGMMA8_ACC192 \
@@ -151,19 +174,20 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[96], std::uint64_t a, s
 #undef LADDER_WGMMA8_ACC192
 #undef LADDER_WGMMA8_REGS192
 
-// S (64 × kBlockN) = Q (64 × 128) · Kᵀ: four k32 steps, 32 bytes apart in the 128-byte rows; the
+// S (64 × kBlockN) = Q (64 × D) · Kᵀ: D / 32 k32 steps, 32 bytes apart in the D-byte rows; the
 // accumulator's size (64 or 96 floats a thread) picks the instruction's N (128 or 192).
-template <int kSRegs>
+template <int kHeadDim = kFp8RowBytes, int kSRegs>
 __device__ __forceinline__ void issue_qk_e4m3(float (&s)[kSRegs], std::uint64_t q_desc, std::uint64_t k_desc) {
   static_assert(kSRegs == 64 || kSRegs == 96, "128- or 192-key blocks");
 #pragma unroll
-  for (int kk = 0; kk < kFp8RowBytes / kFp8K; ++kk)
+  for (int kk = 0; kk < kHeadDim / kFp8K; ++kk)
     wgmma_e4m3_ss(s, desc_advance(q_desc, kk * kFp8K), desc_advance(k_desc, kk * kFp8K), kk > 0);
 }
-// O (64 × 128) += P (64 × kBlockN keys) · V: B is Vᵀ's rows (head dims) of permuted keys, one k32
+// O (64 × D) += P (64 × kBlockN keys) · V: B is Vᵀ's rows (head dims) of permuted keys, one k32
 // slice an instruction; slices 4 and up lie in Vᵀ's next 128-key tile (fp8_layout.hpp, vt_offset).
-template <int kSlices>
-__device__ __forceinline__ void issue_pv_e4m3(float (&o)[64], const std::uint32_t (&p)[kSlices][4],
+// O's size (64 or 32 floats a thread) picks the instruction's N (D = 128 or 64).
+template <int kSlices, int kORegs>
+__device__ __forceinline__ void issue_pv_e4m3(float (&o)[kORegs], const std::uint32_t (&p)[kSlices][4],
                                               std::uint64_t vt_desc) {
   constexpr int kSlicesPerTile = kFp8RowBytes / kFp8K;
 #pragma unroll
@@ -218,12 +242,13 @@ __device__ __forceinline__ void stmatrix_x4(void* smem_row, const std::uint32_t 
                : "memory");
 }
 
-// The matrix form: per unit one ldmatrix.x4.trans (512 bytes), four PRMTs, one stmatrix.x4.
-template <int kWorkers, int kBlockN = kFp8RowBytes>
+// The matrix form: per unit one ldmatrix.x4.trans (512 bytes), four PRMTs, one stmatrix.x4. V's
+// rows are kHeadDim bytes (128, or 64 in the 64-byte swizzle).
+template <int kWorkers, int kBlockN = kFp8RowBytes, int kHeadDim = kFp8RowBytes>
 __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* __restrict__ v,
                                                            std::uint8_t* __restrict__ vt, int worker, int lane) {
   constexpr int kBatch = 4;
-  constexpr int kUnits = fp8::matrix_units(kBlockN);
+  constexpr int kUnits = fp8::matrix_units(kBlockN, kHeadDim);
   constexpr int kPerWorker = (kUnits + kWorkers - 1) / kWorkers;
   const std::uint32_t select0 = fp8::prmt_selector(0, lane), select1 = fp8::prmt_selector(1, lane);
 #pragma unroll 1
@@ -233,7 +258,7 @@ __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* _
     for (int u = 0; u < kBatch; ++u) {
       const int unit = worker + kWorkers * (b0 + u);
       if (b0 + u < kPerWorker && unit < kUnits)
-        ptx::ldmatrix_x4_trans(in[u], v + fp8::matrix_load_offset(unit, lane));
+        ptx::ldmatrix_x4_trans(in[u], v + fp8::matrix_load_offset(unit, lane, kHeadDim));
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -241,7 +266,7 @@ __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* _
       if (b0 + u >= kPerWorker || unit >= kUnits) continue;
       const std::uint32_t out[4] = {__byte_perm(in[u][0], in[u][1], select0), __byte_perm(in[u][0], in[u][1], select1),
                                     __byte_perm(in[u][2], in[u][3], select0), __byte_perm(in[u][2], in[u][3], select1)};
-      stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane), out);
+      stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane, kHeadDim), out);
     }
   }
 }

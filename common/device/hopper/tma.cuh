@@ -55,7 +55,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // `box_column_blocks` is the number of 128-byte column blocks (D/64 at 16 bits, D/128 for Part
 // VIII's one-byte e4m3) — a whole row of each box row — unless a kernel copies one column block at
 // a time (step 20's store of a warpgroup's rows). A column block is the swizzle's 128 bytes: 64
-// fp16/bf16 elements or 128 e4m3 ones.
+// fp16/bf16 elements or 128 e4m3 ones; e4m3 rows of D = 64 are one 64-byte block, 64-byte swizzle.
 template <class Element>
 CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int head_dim,
                                       int box_rows, int box_column_blocks = 0) {
@@ -65,22 +65,27 @@ CUtensorMap make_attention_tensor_map(const Element* base, int bh, int n, int he
   constexpr CUtensorMapDataType kType = std::is_same_v<Element, __half>          ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                         : std::is_same_v<Element, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                                  : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  constexpr int kBlockColumns = 128 / int(sizeof(Element));  // elements of one 128-byte column block
+  // Elements of one column block: 128 bytes in the 128-byte swizzle; e4m3 rows of D = 64 are one
+  // 64-byte block in the 64-byte swizzle (Part VIII's D = 64, fp8_layout.hpp).
+  constexpr bool kBytes = std::is_same_v<Element, std::uint8_t>;
+  const int block_columns = (kBytes && head_dim == 64) ? 64 : 128 / int(sizeof(Element));
+  const cuuint64_t block_bytes = cuuint64_t(block_columns) * sizeof(Element);
+  const CUtensorMapSwizzle swizzle = block_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (head_dim % kBlockColumns != 0)
-    throw std::invalid_argument("TMA tiles need D to be a multiple of " + std::to_string(kBlockColumns));
+  if (head_dim % block_columns != 0)
+    throw std::invalid_argument("TMA tiles need D to be a multiple of " + std::to_string(block_columns));
   const cuuint64_t row_bytes = cuuint64_t(head_dim) * sizeof(Element);
-  const cuuint64_t sizes[4] = {cuuint64_t(kBlockColumns), cuuint64_t(n), cuuint64_t(head_dim / kBlockColumns),
+  const cuuint64_t sizes[4] = {cuuint64_t(block_columns), cuuint64_t(n), cuuint64_t(head_dim / block_columns),
                                cuuint64_t(bh)};
   // Strides of dims 1..3 in bytes (dim 0 is contiguous); each a multiple of 16.
-  const cuuint64_t strides[3] = {row_bytes, 128, row_bytes * cuuint64_t(n)};
-  const cuuint32_t box[4] = {cuuint32_t(kBlockColumns), cuuint32_t(box_rows),
-                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / kBlockColumns), 1};
+  const cuuint64_t strides[3] = {row_bytes, block_bytes, row_bytes * cuuint64_t(n)};
+  const cuuint32_t box[4] = {cuuint32_t(block_columns), cuuint32_t(box_rows),
+                             cuuint32_t(box_column_blocks > 0 ? box_column_blocks : head_dim / block_columns), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map{};
   const CUresult r = encode(&map, kType, 4, const_cast<Element*>(base),
                             sizes, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)));
