@@ -54,6 +54,14 @@ LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset(int d, int slot) {
   return std::uint32_t(slot / kRowBytes) * kVtTileBytes + swizzled_offset(d, slot % kRowBytes);
 }
 
+// The same 192 keys packed (step 47's three_stages): the first 128 keys as above, the last 64 in a
+// tile of 64-byte rows in the 64-byte swizzle right after it, 8 KB where a second 128-key tile
+// takes 16, so that a third ring stage fits. P·V reads that tile with a 64-byte-row descriptor.
+inline constexpr int kTailKeys = 64;
+LADDER_HOST_DEVICE constexpr std::uint32_t vt_offset_packed(int d, int slot) {
+  return slot < kRowBytes ? swizzled_offset(d, slot) : kVtTileBytes + swizzled_offset(d, slot - kRowBytes, kTailKeys);
+}
+
 // ---- The matrix transpose: ldmatrix.trans, PRMT, stmatrix ---------------------------------------
 // A unit is one 16-byte head-dim chunk c (head dims 16c .. 16c + 15) of one k32 slice kk (keys
 // 32kk .. 32kk + 31): 512 bytes in, 512 out, 32 units a 128 × 128 tile (matrix_units: 8 a slice),
@@ -106,10 +114,12 @@ LADDER_HOST_DEVICE constexpr std::uint32_t matrix_load_offset(int unit, int lane
 LADDER_HOST_DEVICE constexpr int matrix_store_row(int unit, int sigma, int q, int head_dim = kRowBytes) {
   return 16 * matrix_unit_chunk(unit, head_dim) + 2 * q + (sigma ^ (q >= 4 ? 1 : 0));
 }
-// Byte offset in Vᵀ of the row this lane names for stmatrix.
-LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane, int head_dim = kRowBytes) {
+// Byte offset in Vᵀ of the row this lane names for stmatrix (`packed`: vt_offset_packed's layout).
+LADDER_HOST_DEVICE constexpr std::uint32_t matrix_store_offset(int unit, int lane, int head_dim = kRowBytes,
+                                                               bool packed = false) {
   const int i = lane >> 3, r = lane & 7;
-  return vt_offset(matrix_store_row(unit, i % 2, r, head_dim), kK * matrix_unit_slice(unit, head_dim) + 16 * (i / 2));
+  const int row = matrix_store_row(unit, i % 2, r, head_dim), slot = kK * matrix_unit_slice(unit, head_dim) + 16 * (i / 2);
+  return packed ? vt_offset_packed(row, slot) : vt_offset(row, slot);
 }
 // The selector that makes this lane's store register 2h + σ from R[2h], R[2h + 1].
 LADDER_HOST_DEVICE constexpr std::uint32_t prmt_selector(int sigma, int lane) {

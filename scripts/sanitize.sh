@@ -134,7 +134,8 @@ problems_of() {
     # twin) across the CTA's tiles; 1177 = 9·128 + 25 gives the longest tile 10 blocks, so even one
     # tile wraps the ring twice, the lightest CTA's walk far more; GQA (group 2) too.
     # 46: 45's kernel with part of the exponentials on the FMA pipes, the same problems. 47: a
-    # 2-stage ring of 192- or 128-key blocks; the longest tile's 7 or 10 blocks wrap it 3 or 4 times.
+    # 2-stage ring of 192- or 128-key blocks; the longest tile's 7 or 10 blocks wrap it 3 or 4 times;
+    # three_stages' 3-stage K/Vt ring and 2-stage V ring, 7 blocks: twice and 3 times.
     45|46|47) echo "base --b 1 --heads 2 --n 1177 --grid-sms 3 --dtype fp8"
         echo "serving --b 1 --heads 4 --kv-heads 2 --n 1050 --grid-sms 3 --dtype fp8" ;;
     *) return 1 ;;

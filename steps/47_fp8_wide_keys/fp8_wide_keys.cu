@@ -24,10 +24,18 @@
 //     kernel's roundings with another order's (common/reference.cpp says why that matters).
 // The causal mask keeps the same code: a 192-key block crosses the diagonal of a 128-row tile
 // in more places, and span_of counts the masked blocks for any block size.
+//
+// `three_stages` gives the wide block back a deeper ring (the chapter's exercise 2): V's raw buffer,
+// which only the transposers read, gets a ring of its own of two stages, and Vᵀ is packed (its last
+// 64 keys in a 64-byte-swizzled tile behind the first 128: fp8_layout.hpp's vt_offset_packed), so
+// that K and Vᵀ take three stages of 48 KB (208 KB with Q). The consumers wait for K alone
+// (kv_full), the transposers for V (v_full) and release it (v_empty); P·V reads the packed tile
+// with two descriptors (issue_pv_e4m3_packed).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "common/device/hopper/fp8.cuh"
@@ -45,7 +53,7 @@ namespace ptx = ladder::ptx;
 
 using hopper::kWarpgroupThreads;
 
-template <int kBlockN_, int kStages_>
+template <int kBlockN_, int kStages_, int kVStages_ = kStages_>
 struct Tile {
   using Element = std::uint8_t;  // e4m3, as bytes (O is bf16)
   static constexpr int kHeadDim = 128;
@@ -58,7 +66,9 @@ struct Tile {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  using Storage = hopper::Fp8AttentionStorage<kHeadDim, kBlockM, kBlockN, kStages>;
+  static constexpr bool kSplitV = kVStages_ != kStages_;  // V in a ring of its own, Vᵀ packed
+  using Storage = std::conditional_t<kSplitV, hopper::Fp8SplitRingStorage<kHeadDim, kBlockM, kBlockN, kStages, kVStages_>,
+                                     hopper::Fp8AttentionStorage<kHeadDim, kBlockM, kBlockN, kStages>>;
   static constexpr std::size_t kSmemBytes = hopper::smem_bytes_for<Storage>;
   static_assert(kSmemBytes <= 227 * 1024, "an H200 CTA has 227 KiB of shared memory");
   // setmaxnreg moves registers between warps of the CTA's own allocation: what the launch gave
@@ -69,9 +79,11 @@ struct Tile {
                     kConsumerRegisters * kConsumers * kWarpgroupThreads <= kLaunchRegisters * kThreads);
 };
 
-// The step's tile, and its ablation: step 45's block with this step's two-stage ring.
+// The step's tile, and its ablation: step 45's block with this step's two-stage ring; then the
+// wide block with three K/Vᵀ stages and two of V.
 using WideTile = Tile<192, 2>;
 using TwoStageTile = Tile<128, 2>;
+using SplitRingTile = Tile<192, 3, 2>;
 
 // The descales as the kernel folds them: the per-tensor ones already in scale_log2 and inv_v;
 // the per-head arrays (AttentionArgs::q_head_descale, ...) null unless the problem has them.
@@ -109,6 +121,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::tma_prefetch_map(&tm_v);
     hopper::init_barriers(st, T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) hopper::mbarrier_init(&st.vt_full[s], T::kTransposeWarps);
+    if constexpr (T::kSplitV)
+      for (int s = 0; s < T::Storage::kVStages; ++s) {
+        hopper::mbarrier_init(&st.v_full[s], 1);
+        hopper::mbarrier_init(&st.v_empty[s], T::kTransposeWarps);
+      }
     hopper::mbarrier_init_fence();
   }
   __syncthreads();
@@ -127,6 +144,22 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
         for (int i = 0; i < sp.n_blocks; ++i, ++it) {
           const int stage = hopper::ring_stage<T::kStages>(it);
+          if constexpr (T::kSplitV) {
+            // V has landed in its own ring (v_full); its copy was issued after the producer saw
+            // this stage released (load_kv_block), so Vᵀ's previous lap is free too.
+            const int v_stage = hopper::ring_stage<T::Storage::kVStages>(it);
+            hopper::mbarrier_wait(&st.v_full[v_stage], hopper::ring_parity<T::Storage::kVStages>(it));
+            hopper::transpose_v_block_matrices<T::kTransposeWarps, T::kBlockN, T::kHeadDim, true>(
+                st.v[v_stage], st.vt[stage], warp_in_wg - 1, lane);
+            hopper::fence_proxy_async_smem();
+            __syncwarp();
+            // Every load of V is done (its registers are stored): V's stage may be refilled.
+            if (lane == 0) {
+              hopper::mbarrier_arrive(&st.vt_full[stage]);
+              hopper::mbarrier_arrive(&st.v_empty[v_stage]);
+            }
+            continue;
+          }
           // V has landed (kv_full), and Vᵀ's previous lap is free: kv_full's next phase needs the
           // consumers' release of this stage, which they give only after their P·V of it.
           hopper::wait_kv_block(st, it);
@@ -155,6 +188,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const std::uint64_t q_desc = hopper::desc_k_major(ptx::smem_addr(st.q) + consumer * 64 * hopper::kFp8RowBytes);
   const std::uint64_t k_desc = hopper::desc_k_major(ptx::smem_addr(st.k));
   const std::uint64_t vt_desc = hopper::desc_k_major(ptx::smem_addr(st.vt));
+  // The packed Vᵀ's 64-key tile (three_stages only): 64-byte rows, the 64-byte swizzle.
+  const std::uint64_t vt_tail_desc = hopper::desc_k_major_rows<64>(ptx::smem_addr(st.vt) + ladder::fp8::kVtTileBytes);
   const int local_row0 = consumer * 64 + warp_in_wg * 16 + g;
   const bool store_thread = (tid % kWarpgroupThreads) == 0;  // releases the Q buffer
 
@@ -166,7 +201,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   float rescale[2];
 
   auto issue_s = [&](int stage) { hopper::issue_qk_e4m3(s, q_desc, hopper::desc_advance(k_desc, stage * T::Storage::kKVBytes)); };
-  auto issue_pv = [&](int stage) { hopper::issue_pv_e4m3(acc_o, p, hopper::desc_advance(vt_desc, stage * T::Storage::kVtBytes)); };
+  auto issue_pv = [&](int stage) {
+    const std::uint32_t offset = stage * T::Storage::kVtBytes;
+    if constexpr (T::kSplitV)
+      hopper::issue_pv_e4m3_packed(acc_o, p, hopper::desc_advance(vt_desc, offset), hopper::desc_advance(vt_tail_desc, offset));
+    else hopper::issue_pv_e4m3(acc_o, p, hopper::desc_advance(vt_desc, offset));
+  };
   auto wait_vt = [&](int position) {
     hopper::mbarrier_wait(&st.vt_full[hopper::ring_stage<T::kStages>(position)], hopper::ring_parity<T::kStages>(position));
   };
@@ -298,8 +338,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 
 template <class T>
 std::vector<ladder::KernelInfo> kernels() {
-  const auto name = ladder::strprintf("fp8_wide_keys_kernel<D=%d,%dx%d,%d stages,e4m3>", T::kHeadDim, T::kBlockM,
-                                      T::kBlockN, T::kStages);
+  const auto name = ladder::strprintf("fp8_wide_keys_kernel<D=%d,%dx%d,%d stages%s,e4m3>", T::kHeadDim, T::kBlockM,
+                                      T::kBlockN, T::kStages, T::kSplitV ? " (V: 2, Vt packed)" : "");
   std::vector<ladder::KernelInfo> out;
   out.push_back(ladder::kernel(name, fp8_wide_keys_kernel<hopper::RowWalk<false>, T, false>, T::kThreads,
                                T::kSmemBytes).when_causal(false));
@@ -328,6 +368,8 @@ LADDER_REGISTER_STEP(
     ladder::attention_step(47, "fp8_wide_keys", "FP8 with 192-key blocks: the per-block waits paid once for 1.5x the work", "45/fp8")
         .add(fp8_variant<WideTile>("wide", "45/fp8 with 128x192 tiles: S by m64n192k32, Vt in two 128-key tiles, a 2-stage ring (176 KB)"))
         .add(fp8_variant<TwoStageTile>("two_stages", "45/fp8 with the 2-stage ring of 47/wide and 45's 128-key blocks: the ring's share, apart")
-                 .compared_with("45/fp8")));
+                 .compared_with("45/fp8"))
+        .add(fp8_variant<SplitRingTile>("three_stages", "47/wide with K and Vt in 3 stages, V's raw buffer in a 2-stage ring of its own, Vt's last 64 keys packed in a 64-byte-swizzled tile (208 KB)")
+                 .compared_with("47/wide")));
 
 }  // namespace

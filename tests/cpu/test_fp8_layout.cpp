@@ -138,12 +138,12 @@ Result word_transpose(const std::vector<std::uint8_t>& v, const WordMap& map) {
 // Every Vᵀ byte written once, holding V[key][d] for the key P's order puts in that slot, and no
 // byte written outside the block's slots.
 int wrong_bytes(const std::vector<std::uint8_t>& v, const Result& res, int block_n = kRowBytes,
-                int head_dim = kRowBytes) {
+                int head_dim = kRowBytes, bool packed = false) {
   int wrong = 0, writes = 0;
   for (int d = 0; d < head_dim; ++d)
     for (int slot = 0; slot < block_n; ++slot) {
       const int key = kK * (slot / kK) + permuted_key(slot % kK);
-      const std::uint32_t at = vt_offset(d, slot);
+      const std::uint32_t at = packed ? vt_offset_packed(d, slot) : vt_offset(d, slot);
       wrong += res.writes[at] != 1 || res.vt[at] != v[swizzled_offset(key, d, head_dim)];
       writes += res.writes[at];
     }
@@ -191,6 +191,29 @@ TEST_CASE("fp8 layout: a 192-key block's transpose fills two Vt tiles exactly, c
     return std::uint32_t(row) * (kWide / 32 * kK) + ((std::uint32_t(slot) / kChunkBytes) ^ (row % 8)) * kChunkBytes;
   };
   CHECK(wrong_bytes(v, matrix_transpose(v, prmt_selector, one_tile, kWide), kWide) > 0);
+}
+
+TEST_CASE("fp8 layout: a 192-key block packed (the last 64 keys in a 64-byte-swizzled tile) is written exactly, conflict-free",
+          "[fp8_layout]") {
+  constexpr int kWide = 192;  // step 47's three_stages
+  const auto v = make_v(kWide);
+  const StoreOffset packed = [](int unit, int lane) { return matrix_store_offset(unit, lane, kRowBytes, true); };
+  const Result res = matrix_transpose(v, prmt_selector, packed, kWide);
+  CHECK(wrong_bytes(v, res, kWide, kRowBytes, true) == 0);
+  CHECK(res.conflicted_accesses == 0);
+  // The packed Vt ends at 16 KB + 8 KB: nothing written past it.
+  std::size_t last = 0;
+  for (std::size_t at = 0; at < res.writes.size(); ++at)
+    if (res.writes[at]) last = at;
+  CHECK(last == kVtTileBytes + std::size_t(kRowBytes) * kTailKeys - 1);
+  // Planted: the tail tile read as 128-byte-swizzled rows of 64 bytes (its swizzle left at 128).
+  const StoreOffset tail_as_128 = [](int unit, int lane) {
+    const int i = lane >> 3, r = lane & 7;
+    const int row = matrix_store_row(unit, i % 2, r), slot = kK * matrix_unit_slice(unit) + 16 * (i / 2);
+    if (slot < kRowBytes) return swizzled_offset(row, slot);
+    return kVtTileBytes + std::uint32_t(row * kTailKeys) + ((std::uint32_t(slot - kRowBytes) / kChunkBytes) ^ (row % 4)) * kChunkBytes;
+  };
+  CHECK(wrong_bytes(v, matrix_transpose(v, prmt_selector, tail_as_128, kWide), kWide, kRowBytes, true) > 0);
 }
 
 TEST_CASE("fp8 layout: at D = 64 (64-byte rows, the 64-byte swizzle) the transpose fills 64 Vt rows exactly, conflict-free",

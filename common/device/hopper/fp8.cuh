@@ -83,6 +83,40 @@ struct Fp8AttentionStorage {
   std::uint64_t vt_full[kStages];  // one arrival per transposer warp
 };
 
+// The same with V's raw buffer in its own, shallower ring (step 47's three_stages): K and Vᵀ in
+// kStages stages, V as TMA lands it in kVStages, and Vᵀ of the 192-key block packed (its last 64
+// keys in a 64-byte-swizzled tile of 64-byte rows: fp8_layout.hpp's vt_offset_packed), so that a
+// stage of K and Vᵀ is 48 KB and three of them fit beside two of V (208 KB with Q). Barriers:
+// kv_full now means K landed (the consumers' S waits on it), v_full V landed (the transposers wait
+// on it), v_empty the transposers are done reading V (one arrival a transposing warp; the copy
+// of the next lap's V waits on it); vt_full and kv_empty as above. pipeline.cuh's load_kv_block
+// takes this ring's path wherever a storage has kVStages.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kVStages_>
+struct Fp8SplitRingStorage {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kVStages = kVStages_;
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim;
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim;
+  static constexpr std::uint32_t kVtBytes = kKVBytes;  // packed: 16 KB of 128 keys + 8 KB of 64
+  static_assert(kHeadDim == kFp8RowBytes && kBlockN == kFp8RowBytes + fp8::kTailKeys,
+                "the packed Vt is a 128-key tile and a 64-key one, at D = 128");
+
+  alignas(kSwizzleAlign) std::uint8_t q[kQBytes];
+  alignas(kSwizzleAlign) std::uint8_t k[kStages][kKVBytes];
+  alignas(kSwizzleAlign) std::uint8_t vt[kStages][kVtBytes];
+  alignas(kSwizzleAlign) std::uint8_t v[kVStages][kKVBytes];
+  std::uint64_t q_full;
+  std::uint64_t q_empty;
+  std::uint64_t kv_full[kStages];
+  std::uint64_t kv_empty[kStages];
+  std::uint64_t vt_full[kStages];
+  std::uint64_t v_full[kVStages];
+  std::uint64_t v_empty[kVStages];
+};
+
 // The key order inside a k32 slice, the swizzle and the transposes' lane maps: common/fp8_layout.hpp
 // (host and device, so that the CPU tests check these very maps).
 using fp8::permuted_key;
@@ -195,6 +229,18 @@ __device__ __forceinline__ void issue_pv_e4m3(float (&o)[kORegs], const std::uin
     wgmma_e4m3_rs(o, p[kk], desc_advance(vt_desc, (kk / kSlicesPerTile) * fp8::kVtTileBytes + (kk % kSlicesPerTile) * kFp8K));
 }
 
+// The same over a packed Vᵀ (Fp8SplitRingStorage): slices 0-3 from the 128-key tile with step 45's
+// descriptor, slices 4 and 5 from the 64-key tile behind it, whose rows are 64 bytes in the 64-byte
+// swizzle (desc_k_major_rows<64>, the same B operand as far as the instruction can tell).
+__device__ __forceinline__ void issue_pv_e4m3_packed(float (&o)[64], const std::uint32_t (&p)[6][4],
+                                                     std::uint64_t vt_desc, std::uint64_t vt_tail_desc) {
+  constexpr int kSlicesPerTile = kFp8RowBytes / kFp8K;
+#pragma unroll
+  for (int kk = 0; kk < 6; ++kk)
+    wgmma_e4m3_rs(o, p[kk], kk < kSlicesPerTile ? desc_advance(vt_desc, kk * kFp8K)
+                                                 : desc_advance(vt_tail_desc, (kk - kSlicesPerTile) * kFp8K));
+}
+
 // Four floats as four e4m3 bytes, the first in the lowest byte; round to nearest even, saturated
 // to ±448 (satfinite), as the A operand's register wants them. cvt's e4m3x2 puts its first source
 // in the upper byte.
@@ -244,7 +290,7 @@ __device__ __forceinline__ void stmatrix_x4(void* smem_row, const std::uint32_t 
 
 // The matrix form: per unit one ldmatrix.x4.trans (512 bytes), four PRMTs, one stmatrix.x4. V's
 // rows are kHeadDim bytes (128, or 64 in the 64-byte swizzle).
-template <int kWorkers, int kBlockN = kFp8RowBytes, int kHeadDim = kFp8RowBytes>
+template <int kWorkers, int kBlockN = kFp8RowBytes, int kHeadDim = kFp8RowBytes, bool kPacked = false>
 __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* __restrict__ v,
                                                            std::uint8_t* __restrict__ vt, int worker, int lane) {
   constexpr int kBatch = 4;
@@ -266,7 +312,7 @@ __device__ __forceinline__ void transpose_v_block_matrices(const std::uint8_t* _
       if (b0 + u >= kPerWorker || unit >= kUnits) continue;
       const std::uint32_t out[4] = {__byte_perm(in[u][0], in[u][1], select0), __byte_perm(in[u][0], in[u][1], select1),
                                     __byte_perm(in[u][2], in[u][3], select0), __byte_perm(in[u][2], in[u][3], select1)};
-      stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane, kHeadDim), out);
+      stmatrix_x4(vt + fp8::matrix_store_offset(unit, lane, kHeadDim, kPacked), out);
     }
   }
 }

@@ -39,17 +39,32 @@ __device__ __forceinline__ void init_barriers(Storage& st, int consumers) {
   mbarrier_init_fence();
 }
 
+// A storage whose V lands in a ring of its own (fp8.cuh's Fp8SplitRingStorage).
+template <class Storage>
+concept SplitVRing = requires { Storage::kVStages; };
+
 // Producer: the ring's position-th block, keys [kv_row, kv_row + kBlockN) of head bh. Waits
 // until the consumers have released the stage's previous lap, announces both copies' bytes and
-// issues them; the full barrier completes when the last byte has landed.
+// issues them; the full barrier completes when the last byte has landed. With V in its own ring,
+// K goes as before (kv_full counts K alone) and V waits for its own stage's release (v_empty),
+// after K's copy is issued: V landing then also says that the stage's Vᵀ is free.
 template <class Storage>
 __device__ __forceinline__ void load_kv_block(Storage& st, int position, const CUtensorMap* tm_k,
                                               const CUtensorMap* tm_v, int kv_row, int bh) {
   const int stage = ring_stage<Storage::kStages>(position);
   mbarrier_wait(&st.kv_empty[stage], ring_parity<Storage::kStages>(position) ^ 1);
-  mbarrier_arrive_expect_tx(&st.kv_full[stage], 2 * Storage::kKVBytes);
-  tma_load_tile(st.k[stage], tm_k, &st.kv_full[stage], kv_row, bh);
-  tma_load_tile(st.v[stage], tm_v, &st.kv_full[stage], kv_row, bh);
+  if constexpr (SplitVRing<Storage>) {
+    mbarrier_arrive_expect_tx(&st.kv_full[stage], Storage::kKVBytes);
+    tma_load_tile(st.k[stage], tm_k, &st.kv_full[stage], kv_row, bh);
+    const int v_stage = ring_stage<Storage::kVStages>(position);
+    mbarrier_wait(&st.v_empty[v_stage], ring_parity<Storage::kVStages>(position) ^ 1);
+    mbarrier_arrive_expect_tx(&st.v_full[v_stage], Storage::kKVBytes);
+    tma_load_tile(st.v[v_stage], tm_v, &st.v_full[v_stage], kv_row, bh);
+  } else {
+    mbarrier_arrive_expect_tx(&st.kv_full[stage], 2 * Storage::kKVBytes);
+    tma_load_tile(st.k[stage], tm_k, &st.kv_full[stage], kv_row, bh);
+    tma_load_tile(st.v[stage], tm_v, &st.kv_full[stage], kv_row, bh);
+  }
 }
 
 // Consumer: until the position-th block has landed.
