@@ -100,7 +100,7 @@ LADDER_HOST_DEVICE constexpr int matrix_unit_chunk(int unit, int head_dim = kRow
   return unit & (head_dim / kChunkBytes - 1);
 }
 LADDER_HOST_DEVICE constexpr int matrix_unit_slice(int unit, int head_dim = kRowBytes) {
-  return unit >> (head_dim == kRowBytes ? 3 : 2);
+  return int(std::uint32_t(unit) / std::uint32_t(head_dim / kChunkBytes));
 }
 static_assert(matrix_unit_chunk(13, 64) == 1 && matrix_unit_slice(13, 64) == 3 && matrix_unit_slice(13) == 1);
 

@@ -66,6 +66,7 @@ struct Tile {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr int kVStages = kVStages_;              // V's own ring, when it differs
   static constexpr bool kSplitV = kVStages_ != kStages_;  // V in a ring of its own, Vᵀ packed
   using Storage = std::conditional_t<kSplitV, hopper::Fp8SplitRingStorage<kHeadDim, kBlockM, kBlockN, kStages, kVStages_>,
                                      hopper::Fp8AttentionStorage<kHeadDim, kBlockM, kBlockN, kStages>>;
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     hopper::init_barriers(st, T::kConsumers);
     for (int s = 0; s < T::kStages; ++s) hopper::mbarrier_init(&st.vt_full[s], T::kTransposeWarps);
     if constexpr (T::kSplitV)
-      for (int s = 0; s < T::Storage::kVStages; ++s) {
+      for (int s = 0; s < T::kVStages; ++s) {
         hopper::mbarrier_init(&st.v_full[s], 1);
         hopper::mbarrier_init(&st.v_empty[s], T::kTransposeWarps);
       }
@@ -144,31 +145,26 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         const hopper::Span sp = hopper::span_of<T, kCausal>(w, n);
         for (int i = 0; i < sp.n_blocks; ++i, ++it) {
           const int stage = hopper::ring_stage<T::kStages>(it);
-          if constexpr (T::kSplitV) {
-            // V has landed in its own ring (v_full); its copy was issued after the producer saw
-            // this stage released (load_kv_block), so Vᵀ's previous lap is free too.
-            const int v_stage = hopper::ring_stage<T::Storage::kVStages>(it);
-            hopper::mbarrier_wait(&st.v_full[v_stage], hopper::ring_parity<T::Storage::kVStages>(it));
-            hopper::transpose_v_block_matrices<T::kTransposeWarps, T::kBlockN, T::kHeadDim, true>(
-                st.v[v_stage], st.vt[stage], warp_in_wg - 1, lane);
-            hopper::fence_proxy_async_smem();
-            __syncwarp();
-            // Every load of V is done (its registers are stored): V's stage may be refilled.
-            if (lane == 0) {
-              hopper::mbarrier_arrive(&st.vt_full[stage]);
-              hopper::mbarrier_arrive(&st.v_empty[v_stage]);
-            }
-            continue;
-          }
-          // V has landed (kv_full), and Vᵀ's previous lap is free: kv_full's next phase needs the
-          // consumers' release of this stage, which they give only after their P·V of it.
-          hopper::wait_kv_block(st, it);
-          hopper::transpose_v_block_matrices<T::kTransposeWarps, T::kBlockN>(st.v[stage], st.vt[stage], warp_in_wg - 1,
-                                                                             lane);
+          // V has landed, and Vᵀ's previous lap is free. In one ring (kv_full): kv_full's next phase
+          // needs the consumers' release of this stage, which they give only after their P·V of it.
+          // With V in its own ring (v_full): its copy was issued after the producer saw this stage
+          // released (load_kv_block).
+          const int v_stage = T::kSplitV ? hopper::ring_stage<T::kVStages>(it) : stage;
+          if constexpr (T::kSplitV)
+            hopper::mbarrier_wait(&st.v_full[v_stage], hopper::ring_parity<T::kVStages>(it));
+          else
+            hopper::wait_kv_block(st, it);
+          const std::uint8_t* v = st.v[v_stage];
+          hopper::transpose_v_block_matrices<T::kTransposeWarps, T::kBlockN, T::kHeadDim, T::kSplitV>(
+              v, st.vt[stage], warp_in_wg - 1, lane);
           // The generic-proxy stores must be visible to wgmma (the async proxy) before the release.
           hopper::fence_proxy_async_smem();
           __syncwarp();
-          if (lane == 0) hopper::mbarrier_arrive(&st.vt_full[stage]);
+          if (lane == 0) {
+            hopper::mbarrier_arrive(&st.vt_full[stage]);
+            // Every load of V is done (its registers are stored): V's stage may be refilled.
+            if constexpr (T::kSplitV) hopper::mbarrier_arrive(&st.v_empty[v_stage]);
+          }
         }
       }
     }
